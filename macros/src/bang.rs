@@ -1,0 +1,134 @@
+//! Front end of the function-like macros `scoped!` and `try_scoped!`:
+//! `RT ; LIST => BODY` in, an expression out.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::quote;
+use syn::parse::{ParseStream, Parser};
+use syn::{Expr, Token};
+
+use crate::ast::{self, End};
+use crate::body;
+use crate::expand;
+use crate::valid::{self, Errors, Scope};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// `scoped!`: panics if a scope can't be entered.
+    Scoped,
+    /// `try_scoped!`: evaluates to `Result<T, ScopeError>`.
+    TryScoped,
+}
+
+impl Flavor {
+    fn name(self) -> &'static str {
+        match self {
+            Flavor::Scoped => "scoped!",
+            Flavor::TryScoped => "try_scoped!",
+        }
+    }
+}
+
+/// `scoped_impl!`/`try_scoped_impl!`: `RT ; LIST => BODY`. Never panics;
+/// mistakes become `compile_error!`s.
+pub(crate) fn scoped_macro(flavor: Flavor, input: TokenStream) -> TokenStream {
+    scoped_tokens(flavor, input).unwrap_or_else(|e| {
+        let errors = e.into_compile_error();
+        // Diverges, so the caller gets no type errors on top of ours.
+        quote!({ #errors loop {} })
+    })
+}
+
+pub(crate) fn scoped_tokens(flavor: Flavor, input: TokenStream) -> syn::Result<TokenStream> {
+    let (rt, rest) = split_rt(input)?;
+    let (scopes, body) = (|input: ParseStream| parse_scoped(input, flavor)).parse2(rest)?;
+    let (expr, tokens) = body;
+    Ok(match (body::awaits(&expr), flavor) {
+        (false, Flavor::Scoped) => expand::flat(&rt, &scopes, &tokens),
+        (false, Flavor::TryScoped) => expand::try_flat(&rt, &scopes, &tokens),
+        (true, _) => expand::awaiting(&rt, &scopes, &tokens, flavor),
+    })
+}
+
+/// The runtime path is everything before the first top-level `;`.
+fn split_rt(input: TokenStream) -> syn::Result<(TokenStream, TokenStream)> {
+    let mut iter = input.into_iter();
+    let mut rt = TokenStream::new();
+    for tt in iter.by_ref() {
+        if let TokenTree::Punct(p) = &tt
+            && p.as_char() == ';'
+            && !rt.is_empty()
+        {
+            return Ok((rt, iter.collect()));
+        }
+        rt.extend([tt]);
+    }
+    Err(syn::Error::new(
+        Span::call_site(),
+        "this macro is internal to tch-scope: use `tch_scope::scoped!` or `tch_scope::try_scoped!`",
+    ))
+}
+
+type Body = (Expr, TokenStream);
+
+fn parse_scoped(input: ParseStream, flavor: Flavor) -> syn::Result<(Vec<Scope>, Body)> {
+    let name = flavor.name();
+    let mut errors = Errors::default();
+    let items = ast::parse_list(input, End::Arrow, &mut errors);
+    let (empty, last) = (items.is_empty(), items.last().map(|i| i.name.span()));
+    let scopes = valid::validate(items, &mut errors);
+    let Some(arrow) = input.parse::<Option<Token![=>]>>()? else {
+        return Err(errors.or(syn::Error::new(
+            last.unwrap_or_else(Span::call_site),
+            format!("`{name}` needs `=>` and a body after the scope words: `{name}(no_grad => {{ ... }})`"),
+        )));
+    };
+    if empty && errors.is_empty() {
+        errors.push(syn::Error::new(
+            arrow.spans[0],
+            format!("`{name}` needs at least one scope word before `=>`"),
+        ));
+    }
+    let tokens: TokenStream = input.parse()?;
+    let expr = match parse_body(&tokens, arrow.spans[0]) {
+        Ok(expr) => expr,
+        Err(e) => return Err(errors.and(e)),
+    };
+    if body::awaits(&expr) {
+        for (span, keyword) in body::escapes(&expr) {
+            errors.push(syn::Error::new(span, escape_message(name, keyword)));
+        }
+    }
+    errors.finish()?;
+    Ok((scopes, (expr, tokens)))
+}
+
+fn parse_body(tokens: &TokenStream, arrow: Span) -> syn::Result<Expr> {
+    if tokens.is_empty() {
+        return Err(syn::Error::new(
+            arrow,
+            "expected a body after `=>`: a block `{ ... }` or one expression",
+        ));
+    }
+    match syn::parse2(tokens.clone()) {
+        // syn parses `let` as an expression for `if let` chains.
+        Ok(Expr::Let(e)) => Err(syn::Error::new(
+            e.let_token.span,
+            "the body after `=>` must be one block `{ ... }` or one expression; \
+             put statements in braces: `=> { let ..; }`",
+        )),
+        Ok(expr) => Ok(expr),
+        Err(e) => Err(syn::Error::new(
+            e.span(),
+            format!("the body after `=>` must be one block `{{ ... }}` or one expression: {e}"),
+        )),
+    }
+}
+
+fn escape_message(name: &str, keyword: &str) -> String {
+    format!(
+        "`{keyword}` inside a `{name}` body that `.await`s: the body runs as its own future \
+         so the scopes can be re-entered on every poll, and `{keyword}` would leave only that \
+         future. Put the scope on the async fn instead (`#[no_grad] async fn ...`), or move \
+         the `{keyword}` out of the scoped body"
+    )
+}

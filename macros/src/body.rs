@@ -1,0 +1,129 @@
+//! What a `scoped!` body does, as far as its tokens tell: whether it
+//! `.await`s, and whether it jumps out of itself.
+//!
+//! Closures, async blocks and nested items are skipped: an `.await` or a
+//! `return` there belongs to them, not to the body.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use syn::visit::{self, Visit};
+use syn::{Expr, ExprAsync, ExprBreak, ExprClosure, ExprContinue, Item, Label, Lifetime, Macro};
+
+/// Whether the body suspends, so its scopes must be re-entered on every poll.
+pub(crate) fn awaits(body: &Expr) -> bool {
+    let mut finder = AwaitFinder(false);
+    finder.visit_expr(body);
+    finder.0
+}
+
+struct AwaitFinder(bool);
+
+impl<'ast> Visit<'ast> for AwaitFinder {
+    fn visit_expr_await(&mut self, _: &'ast syn::ExprAwait) {
+        self.0 = true;
+    }
+    fn visit_expr_closure(&mut self, _: &'ast ExprClosure) {}
+    fn visit_expr_async(&mut self, _: &'ast ExprAsync) {}
+    fn visit_item(&mut self, _: &'ast Item) {}
+    fn visit_macro(&mut self, mac: &'ast Macro) {
+        // Macro input is opaque; `.await` written in it almost always ends up
+        // in the body. (`join!`/`select!` await without writing `.await`:
+        // those are not seen.)
+        self.0 |= tokens_await(mac.tokens.clone());
+    }
+}
+
+/// `.await` anywhere in `tokens`, except inside `async { .. }` blocks.
+fn tokens_await(tokens: TokenStream) -> bool {
+    let mut prev_dot = false;
+    let mut after_async = false;
+    for tt in tokens {
+        match &tt {
+            TokenTree::Ident(i) if prev_dot && i == "await" => return true,
+            TokenTree::Group(g) if !after_async && tokens_await(g.stream()) => return true,
+            _ => {}
+        }
+        prev_dot = matches!(&tt, TokenTree::Punct(p) if p.as_char() == '.');
+        after_async = match &tt {
+            TokenTree::Ident(i) if i == "async" => true,
+            TokenTree::Ident(i) if i == "move" => after_async,
+            _ => false,
+        };
+    }
+    false
+}
+
+/// `return`, `break` and `continue` that would leave an awaiting body: that
+/// body runs as its own future, so they would leave only that future.
+pub(crate) fn escapes(body: &Expr) -> Vec<(Span, &'static str)> {
+    let mut finder = EscapeFinder::default();
+    finder.visit_expr(body);
+    finder.found
+}
+
+#[derive(Default)]
+struct EscapeFinder {
+    /// Loops entered inside the body: an unlabeled `break` targets them.
+    loops: usize,
+    /// Labels defined inside the body.
+    labels: Vec<Lifetime>,
+    found: Vec<(Span, &'static str)>,
+}
+
+impl EscapeFinder {
+    fn jump(&mut self, label: Option<&Lifetime>, span: Span, keyword: &'static str) {
+        let inside = match label {
+            Some(label) => self.labels.contains(label),
+            None => self.loops > 0,
+        };
+        if !inside {
+            self.found.push((span, keyword));
+        }
+    }
+
+    /// Visits a loop's body with its label in scope.
+    fn in_loop(&mut self, label: Option<&Label>, body: &syn::Block) {
+        self.labels.extend(label.map(|l| l.name.clone()));
+        self.loops += 1;
+        self.visit_block(body);
+        self.loops -= 1;
+        if label.is_some() {
+            self.labels.pop();
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for EscapeFinder {
+    fn visit_expr_return(&mut self, e: &'ast syn::ExprReturn) {
+        self.found.push((e.return_token.span, "return"));
+        visit::visit_expr_return(self, e);
+    }
+    fn visit_expr_break(&mut self, e: &'ast ExprBreak) {
+        self.jump(e.label.as_ref(), e.break_token.span, "break");
+        visit::visit_expr_break(self, e);
+    }
+    fn visit_expr_continue(&mut self, e: &'ast ExprContinue) {
+        self.jump(e.label.as_ref(), e.continue_token.span, "continue");
+    }
+    fn visit_expr_loop(&mut self, e: &'ast syn::ExprLoop) {
+        self.in_loop(e.label.as_ref(), &e.body);
+    }
+    fn visit_expr_while(&mut self, e: &'ast syn::ExprWhile) {
+        self.visit_expr(&e.cond);
+        self.in_loop(e.label.as_ref(), &e.body);
+    }
+    fn visit_expr_for_loop(&mut self, e: &'ast syn::ExprForLoop) {
+        self.visit_expr(&e.expr);
+        self.in_loop(e.label.as_ref(), &e.body);
+    }
+    fn visit_expr_block(&mut self, e: &'ast syn::ExprBlock) {
+        // A labeled block is a `break 'label` target but not a loop.
+        self.labels.extend(e.label.as_ref().map(|l| l.name.clone()));
+        self.visit_block(&e.block);
+        if e.label.is_some() {
+            self.labels.pop();
+        }
+    }
+    fn visit_expr_closure(&mut self, _: &'ast ExprClosure) {}
+    fn visit_expr_async(&mut self, _: &'ast ExprAsync) {}
+    fn visit_item(&mut self, _: &'ast Item) {}
+}

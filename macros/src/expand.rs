@@ -1,0 +1,281 @@
+//! Code generation: checked scopes and a body in, tokens out.
+//!
+//! Every path is absolute (`RT::__private::..`, `::core::..`) so nothing in
+//! the caller's scope (a `mod core`, a `Result` alias) can capture it, and
+//! every local is `Span::mixed_site()` so the body can't see it.
+
+use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream, TokenTree};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::visit::Visit;
+use syn::{ReturnType, Signature, Type};
+
+use crate::bang::Flavor;
+use crate::valid::{Ctor, Scope};
+
+/// The body with its braces (if it is a block) marked as coming from this
+/// expansion, at the same place: rustc's `unused_braces` lint would
+/// otherwise flag `{ x }` nested in our block, and it skips expansions.
+fn quiet(body: &TokenStream) -> TokenStream {
+    as_block(body).map_or_else(
+        || body.clone(),
+        |block| quiet_group(&block).into_token_stream(),
+    )
+}
+
+fn as_block(body: &TokenStream) -> Option<Group> {
+    let mut tokens = body.clone().into_iter();
+    match (tokens.next(), tokens.next()) {
+        (Some(TokenTree::Group(g)), None) if g.delimiter() == Delimiter::Brace => Some(g),
+        _ => None,
+    }
+}
+
+fn quiet_group(block: &Group) -> Group {
+    let mut quiet = Group::new(Delimiter::Brace, block.stream());
+    quiet.set_span(block.span().resolved_at(Span::mixed_site()));
+    quiet
+}
+
+fn guard(i: usize) -> Ident {
+    format_ident!("__tch_scope_guard{}", i, span = Span::mixed_site())
+}
+
+fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
+
+/// The runtime path shown at `span`: `$crate` resolves as before, but
+/// rustc's errors (say, a `with(..)` value that is not a `Scope`) point at
+/// the word rather than at the whole macro call.
+fn rt_at(rt: &TokenStream, span: Span) -> TokenStream {
+    rt.clone()
+        .into_iter()
+        .map(|mut tt| {
+            tt.set_span(tt.span().located_at(span));
+            tt
+        })
+        .collect()
+}
+
+/// The scope value of one item, e.g. `RT::__private::device_cuda(0usize)`.
+fn scope_value(rt: &TokenStream, scope: &Scope) -> TokenStream {
+    let span = scope.span;
+    let rt = &rt_at(rt, span);
+    let value = match &scope.ctor {
+        Ctor::Call(args) => {
+            let f = Ident::new(scope.word.name, span);
+            quote_spanned!(span=> #rt::__private::#f(#(#args),*))
+        }
+        Ctor::DeviceCpu => quote_spanned!(span=> #rt::__private::device_cpu()),
+        Ctor::DeviceMps => quote_spanned!(span=> #rt::__private::device_mps()),
+        Ctor::DeviceCuda(index, lit_span) => {
+            let mut index = proc_macro2::Literal::usize_suffixed(*index);
+            index.set_span(*lit_span);
+            quote_spanned!(span=> #rt::__private::device_cuda(#index))
+        }
+        Ctor::DeviceExpr(e) => quote_spanned!(span=> #rt::__private::device(#e)),
+        // Spanned on the user's expression: a non-`Scope` gets the
+        // runtime's `on_unimplemented` note right there.
+        Ctor::With(e) => {
+            let rt = rt_at(rt, e.span());
+            quote_spanned!(e.span()=> #rt::__private::with(#e))
+        }
+    };
+    match &scope.cond {
+        Some(cond) => quote_spanned!(span=> #rt::__private::when(#cond, #value)),
+        None => value,
+    }
+}
+
+/// `Chain(a, Chain(b, End))`: one scope entered in list order.
+fn chain(rt: &TokenStream, scopes: &[Scope]) -> TokenStream {
+    scopes
+        .iter()
+        .rev()
+        .fold(quote!(#rt::__private::End), |rest, scope| {
+            let value = scope_value(rt, scope);
+            quote!(#rt::__private::Chain(#value, #rest))
+        })
+}
+
+/// Flat guards in a block: no closure, so `?`, `return`, `break` and
+/// `continue` in the body act on the enclosing fn or loop.
+pub(crate) fn flat(rt: &TokenStream, scopes: &[Scope], body: &TokenStream) -> TokenStream {
+    let lets = scopes.iter().enumerate().map(|(i, scope)| {
+        let (g, value, rt) = (guard(i), scope_value(rt, scope), rt_at(rt, scope.span));
+        quote_spanned!(scope.span=> let #g = #rt::__private::enter_or_panic(#value);)
+    });
+    let body = quiet(body);
+    quote!({ #(#lets)* #body })
+}
+
+/// Nested matches rather than a labeled block: an unlabeled `break` in the
+/// body (for a loop around the macro) would be E0695 in a labeled block.
+pub(crate) fn try_flat(rt: &TokenStream, scopes: &[Scope], body: &TokenStream) -> TokenStream {
+    let err = local("__tch_scope_err");
+    let body = quiet(body);
+    let inner = quote!(::core::result::Result::Ok(#body));
+    scopes
+        .iter()
+        .enumerate()
+        .rev()
+        .fold(inner, |inner, (i, scope)| {
+            let (g, value, rt) = (guard(i), scope_value(rt, scope), rt_at(rt, scope.span));
+            quote_spanned! {scope.span=>
+                match #rt::__private::enter(#value) {
+                    ::core::result::Result::Err(#err) => ::core::result::Result::Err(#err),
+                    ::core::result::Result::Ok(#g) => #inner,
+                }
+            }
+        })
+}
+
+/// The body becomes a future whose every poll runs inside the scopes, like
+/// tracing's `Instrumented`. It behaves as an async block: `?` leaves the
+/// body, not the function, and the `scoped!` value is what it evaluates to.
+pub(crate) fn awaiting(
+    rt: &TokenStream,
+    scopes: &[Scope],
+    body: &TokenStream,
+    flavor: Flavor,
+) -> TokenStream {
+    let chain = chain(rt, scopes);
+    // A block body is the async block's own block.
+    let body = as_block(body).map_or_else(
+        || quote!({ #body }),
+        |block| quiet_group(&block).into_token_stream(),
+    );
+    let fut = quote!(#rt::__private::Scoped::new(#chain, async #body).await);
+    match flavor {
+        Flavor::TryScoped => quote!({ #fut }),
+        Flavor::Scoped => {
+            let (value, err) = (local("__tch_scope_value"), local("__tch_scope_err"));
+            quote!({
+                match #fut {
+                    ::core::result::Result::Ok(#value) => #value,
+                    ::core::result::Result::Err(#err) => #rt::__private::panic_scope_error(#err),
+                }
+            })
+        }
+    }
+}
+
+/// The new body of a scoped function. `block` is the original body.
+pub(crate) fn fn_body(
+    rt: &TokenStream,
+    scopes: &[Scope],
+    sig: &Signature,
+    block: &Group,
+) -> TokenStream {
+    let err = local("__tch_scope_err");
+    let (outer, block) = (block.span(), quiet_group(block));
+    // `E: From<ScopeError>` is required of a `Result` return; rustc's
+    // error for a missing impl then points at the return type.
+    let on_err = if let Some(ty) = result_type(&sig.output) {
+        let from = quote_spanned!(ty.span()=> ::core::convert::From::from(#err));
+        quote!(return ::core::result::Result::Err(#from))
+    } else {
+        quote!(#rt::__private::panic_scope_error(#err))
+    };
+    if sig.asyncness.is_some() {
+        let (fut, ret, value) = (
+            local("__tch_scope_fut"),
+            local("__tch_scope_ret"),
+            local("__tch_scope_value"),
+        );
+        // The body stays the tail of the async block (so its inner
+        // attributes stay legal); a dead `return` of the declared type
+        // comes first so that the body's own `return`s coerce to it, as
+        // they do in a plain `async fn` (tracing-attributes does the same).
+        let ty = match &sig.output {
+            ReturnType::Default => Some(quote!(())),
+            ReturnType::Type(_, ty) if contains_impl(ty) => None,
+            ReturnType::Type(_, ty) => Some(quote!(#ty)),
+        };
+        let hint = ty.map(|ty| {
+            quote! {
+                #[allow(
+                    unknown_lints,
+                    unreachable_code,
+                    clippy::diverging_sub_expression,
+                    clippy::empty_loop,
+                    clippy::let_unit_value,
+                    clippy::needless_return,
+                    clippy::unreachable
+                )]
+                if false {
+                    let #ret: #ty = loop {};
+                    return #ret;
+                }
+            }
+        });
+        let inner = quote!({ #hint #block });
+        let chain = chain(rt, scopes);
+        return braced(
+            outer,
+            quote! {
+                let #fut = #rt::__private::Scoped::new(#chain, async move #inner);
+                match #fut.await {
+                    ::core::result::Result::Ok(#value) => #value,
+                    ::core::result::Result::Err(#err) => #on_err,
+                }
+            },
+        );
+    }
+    let lets = scopes.iter().enumerate().map(|(i, scope)| {
+        let (g, value, rt) = (guard(i), scope_value(rt, scope), rt_at(rt, scope.span));
+        if result_type(&sig.output).is_some() {
+            quote_spanned! {scope.span=>
+                let #g = match #rt::__private::enter(#value) {
+                    ::core::result::Result::Ok(#g) => #g,
+                    ::core::result::Result::Err(#err) => #on_err,
+                };
+            }
+        } else {
+            quote_spanned!(scope.span=> let #g = #rt::__private::enter_or_panic(#value);)
+        }
+    });
+    braced(outer, quote!(#(#lets)* #block))
+}
+
+/// `{ tokens }` with the braces of the original body, so the function still
+/// ends where the user's `}` is.
+fn braced(span: Span, tokens: TokenStream) -> TokenStream {
+    let mut group = Group::new(Delimiter::Brace, tokens);
+    group.set_span(span);
+    group.into_token_stream()
+}
+
+/// The return type if its last path segment is `Result` (`Result<T, E>`,
+/// `io::Result<T>`, `anyhow::Result<T>`).
+fn result_type(output: &ReturnType) -> Option<&Type> {
+    let ReturnType::Type(_, ty) = output else {
+        return None;
+    };
+    let mut inner: &Type = ty;
+    loop {
+        match inner {
+            Type::Group(g) => inner = &g.elem,
+            Type::Paren(p) => inner = &p.elem,
+            Type::Path(p) if p.qself.is_none() => {
+                let last = p.path.segments.last()?;
+                return (last.ident == "Result").then_some(&**ty);
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// `impl Trait` can't be written in a `let` type.
+fn contains_impl(ty: &Type) -> bool {
+    struct Finder(bool);
+    impl<'ast> Visit<'ast> for Finder {
+        fn visit_type_impl_trait(&mut self, _: &'ast syn::TypeImplTrait) {
+            self.0 = true;
+        }
+    }
+    let mut finder = Finder(false);
+    finder.visit_type(ty);
+    finder.0
+}

@@ -1,0 +1,14 @@
+//! Unit tests: the expansion engine is crate-internal (a proc-macro crate
+//! can export only macros), so it is tested from here.
+
+mod errors;
+mod expansion;
+mod fuzz;
+
+use proc_macro2::TokenStream;
+
+/// Lexes test input; the inputs are fixed strings that always lex.
+fn lex(src: &str) -> TokenStream {
+    src.parse()
+        .unwrap_or_else(|e| panic!("test input doesn't lex: {e:?}: {src}"))
+}

@@ -1,0 +1,43 @@
+// Input:
+//     #[device("cuda:0")]
+//     async fn load(path: &Path) -> io::Result<Tensor> {
+//         let bytes = read(path).await?;
+//         Ok(decode(&bytes))
+//     }
+// Expansion:
+
+async fn load(path: &Path) -> io::Result<Tensor> {
+    let __tch_scope_fut = ::tch_scope::__private::Scoped::new(
+        ::tch_scope::__private::Chain(
+            ::tch_scope::__private::device_cuda(0usize),
+            ::tch_scope::__private::End,
+        ),
+        async move {
+            #[allow(
+                unknown_lints,
+                unreachable_code,
+                clippy::diverging_sub_expression,
+                clippy::empty_loop,
+                clippy::let_unit_value,
+                clippy::needless_return,
+                clippy::unreachable
+            )]
+            if false {
+                let __tch_scope_ret: io::Result<Tensor> = loop {};
+                return __tch_scope_ret;
+            }
+            {
+                let bytes = read(path).await?;
+                Ok(decode(&bytes))
+            }
+        },
+    );
+    match __tch_scope_fut.await {
+        ::core::result::Result::Ok(__tch_scope_value) => __tch_scope_value,
+        ::core::result::Result::Err(__tch_scope_err) => {
+            return ::core::result::Result::Err(
+                ::core::convert::From::from(__tch_scope_err),
+            );
+        }
+    }
+}

@@ -1,0 +1,15 @@
+// Input:
+//     scoped!(device("cuda:1"), grad(training) => model.forward(&x))
+// Expansion:
+
+fn expansion() {
+    {
+        let __tch_scope_guard0 = ::tch_scope::__private::enter_or_panic(
+            ::tch_scope::__private::device_cuda(1usize),
+        );
+        let __tch_scope_guard1 = ::tch_scope::__private::enter_or_panic(
+            ::tch_scope::__private::grad(training),
+        );
+        model.forward(&x)
+    }
+}

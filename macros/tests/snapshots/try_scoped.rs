@@ -1,0 +1,24 @@
+// Input:
+//     try_scoped!(device(cpu), no_grad => { let y = step(&x)?; y.sum(Kind::Float) })
+// Expansion:
+
+fn expansion() {
+    match ::tch_scope::__private::enter(::tch_scope::__private::device_cpu()) {
+        ::core::result::Result::Err(__tch_scope_err) => {
+            ::core::result::Result::Err(__tch_scope_err)
+        }
+        ::core::result::Result::Ok(__tch_scope_guard0) => {
+            match ::tch_scope::__private::enter(::tch_scope::__private::no_grad()) {
+                ::core::result::Result::Err(__tch_scope_err) => {
+                    ::core::result::Result::Err(__tch_scope_err)
+                }
+                ::core::result::Result::Ok(__tch_scope_guard1) => {
+                    ::core::result::Result::Ok({
+                        let y = step(&x)?;
+                        y.sum(Kind::Float)
+                    })
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Compiles the C++ shim in `csrc/` against the libtorch that torch-sys found.
+//!
+//! torch-sys (`links = "tch"`) exports its lib dir as `DEP_TCH_LIBTORCH_LIB`;
+//! the headers sit beside it in `../include`. The CUDA half is built only
+//! when that libtorch has `libtorch_cuda.so`, and then `cfg(tch_scope_cuda)`
+//! is set for the Rust side.
+
+use std::env;
+use std::path::PathBuf;
+
+fn main() {
+    println!("cargo::rustc-check-cfg=cfg(tch_scope_cuda)");
+    println!("cargo::rerun-if-changed=csrc");
+    println!("cargo::rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
+
+    let lib = PathBuf::from(env::var("DEP_TCH_LIBTORCH_LIB").expect(
+        "torch-sys did not export DEP_TCH_LIBTORCH_LIB; is the tch/torch-sys version 0.26?",
+    ));
+    let root = lib
+        .parent()
+        .expect("libtorch lib dir has a parent")
+        .to_path_buf();
+    let include = root.join("include");
+    assert!(
+        include.join("c10/core/AutogradState.h").exists(),
+        "libtorch headers not found in {} (LIBTORCH should point at a folder with lib/ and include/)",
+        include.display()
+    );
+    let cuda = lib.join("libtorch_cuda.so").exists();
+
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .pic(true)
+        .std("c++20") // libtorch 2.13 headers use C++20 (bit-field initializers)
+        .include(&include)
+        .define("_GLIBCXX_USE_CXX11_ABI", "1")
+        .flag_if_supported("-Wno-unused-parameter")
+        .file("csrc/grad.cpp")
+        .file("csrc/device.cpp")
+        .file("csrc/cuda_link.cpp");
+    if cuda {
+        build.define("TCH_SCOPE_CUDA", None);
+        println!("cargo::rustc-cfg=tch_scope_cuda");
+    }
+    build.compile("tch_scope_shim");
+    if cuda {
+        // After the archive that refers to it, so the reference keeps it.
+        println!("cargo::rustc-link-lib=dylib=torch_cuda");
+    }
+    println!("cargo::rustc-link-lib=dylib=c10");
+    println!("cargo::rustc-link-lib=dylib=torch_cpu");
+
+    // Our own tests, benches and examples find libtorch through an rpath;
+    // dependents get the lib dir via `links` metadata
+    // (DEP_TCH_SCOPE_LIBTORCH_LIB) for the same.
+    println!("cargo::rustc-link-arg=-Wl,-rpath,{}", lib.display());
+    println!("cargo::metadata=libtorch_lib={}", lib.display());
+    println!("cargo::metadata=cuda={}", cuda as u8);
+}

@@ -1,0 +1,62 @@
+//! Bindings to the C++ shim in `csrc/` (see `csrc/shim.h` for the contract).
+
+use std::ffi::{CStr, c_void};
+
+pub(crate) type Status = i32;
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct InferenceSaved {
+    pub included: u64,
+    pub excluded: u64,
+    pub autograd_flags: u8,
+}
+
+unsafe extern "C" {
+    fn tch_scope_last_error() -> *const std::ffi::c_char;
+    pub(crate) fn tch_scope_tls_pointers(
+        autograd_state: *mut *mut c_void,
+        dispatch_keys: *mut *mut c_void,
+    ) -> Status;
+    pub(crate) fn tch_scope_grad_exchange(state: *mut c_void, enabled: bool) -> bool;
+    pub(crate) fn tch_scope_grad_get(state: *mut c_void) -> bool;
+    pub(crate) fn tch_scope_inference_enter(
+        state: *mut c_void,
+        keys: *mut c_void,
+        enabled: bool,
+        saved: *mut InferenceSaved,
+    );
+    pub(crate) fn tch_scope_inference_exit(
+        state: *mut c_void,
+        keys: *mut c_void,
+        saved: *const InferenceSaved,
+    );
+    pub(crate) fn tch_scope_inference_get(state: *mut c_void) -> bool;
+    pub(crate) fn tch_scope_cuda_device_count(count: *mut i32) -> Status;
+    pub(crate) fn tch_scope_cuda_exchange_device(index: i32, previous: *mut i32) -> Status;
+    pub(crate) fn tch_scope_cuda_current_device(index: *mut i32) -> Status;
+    pub(crate) fn tch_scope_built_with_cuda() -> i32;
+}
+
+/// Keeps the shim's `cuda_link.cpp` object in every binary that links this
+/// crate, so its reference to libtorch_cuda survives `--as-needed`.
+#[used]
+static CUDA_LINK: unsafe extern "C" fn() -> i32 = tch_scope_built_with_cuda;
+
+/// Turns a shim status into `Err(message)`.
+pub(crate) fn check(status: Status) -> Result<(), String> {
+    if status == 0 {
+        return Ok(());
+    }
+    // SAFETY: the shim returns a NUL-terminated thread-local string that
+    // lives until the next failing call on this thread; we copy it at once.
+    let msg = unsafe { CStr::from_ptr(tch_scope_last_error()) };
+    Err(msg.to_string_lossy().into_owned())
+}
+
+/// Whether the shim was built against a CUDA libtorch (and so keeps
+/// libtorch_cuda loaded).
+pub(crate) fn built_with_cuda() -> bool {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { tch_scope_built_with_cuda() != 0 }
+}

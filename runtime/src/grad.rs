@@ -1,0 +1,183 @@
+//! Grad mode and inference mode: `torch.no_grad`, `torch.enable_grad`,
+//! `torch.set_grad_enabled` and `torch.inference_mode`.
+//!
+//! Both are per OS thread in libtorch, so the guards are `!Send`: a thread
+//! spawned inside `no_grad` starts with grad mode on, as in PyTorch.
+
+use std::marker::PhantomData;
+
+use crate::tls::{self, Tls};
+use crate::{Scope, ScopeError, ffi};
+
+/// `torch.no_grad()`: grad mode off for the scope.
+///
+/// ```
+/// use tch_scope::{NoGrad, Scope, is_grad_enabled};
+/// let guard = NoGrad.enter().unwrap();
+/// assert!(!is_grad_enabled());
+/// drop(guard);
+/// assert!(is_grad_enabled());
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoGrad;
+
+/// `torch.enable_grad()`: grad mode on for the scope.
+///
+/// ```
+/// use tch_scope::{EnableGrad, NoGrad, Scope, is_grad_enabled};
+/// let _outer = NoGrad.enter().unwrap();
+/// let inner = EnableGrad.enter().unwrap();
+/// assert!(is_grad_enabled());
+/// drop(inner);
+/// assert!(!is_grad_enabled());
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EnableGrad;
+
+/// `torch.set_grad_enabled(flag)`: grad mode set to `flag` for the scope.
+///
+/// ```
+/// use tch_scope::{Grad, Scope, is_grad_enabled};
+/// let training = false;
+/// let _g = Grad(training).enter().unwrap();
+/// assert_eq!(is_grad_enabled(), training);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Grad(pub bool);
+
+/// Restores the grad mode found on entry. `!Send`: grad mode is per thread.
+#[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
+#[derive(Debug)]
+pub struct GradGuard {
+    state: *mut std::ffi::c_void,
+    previous: bool,
+}
+
+fn set_grad(scope: &'static str, enabled: bool) -> Result<GradGuard, ScopeError> {
+    let t = tls::get().map_err(|e| ScopeError::new(scope, None, e))?;
+    // SAFETY: `t.autograd` is this thread's AutogradState, valid for the
+    // thread's life; the guard is !Send so it is used on this thread only.
+    let previous = unsafe { ffi::tch_scope_grad_exchange(t.autograd, enabled) };
+    Ok(GradGuard {
+        state: t.autograd,
+        previous,
+    })
+}
+
+impl Drop for GradGuard {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: see `set_grad`; same thread, pointer still valid.
+        unsafe { ffi::tch_scope_grad_exchange(self.state, self.previous) };
+    }
+}
+
+impl Scope for NoGrad {
+    type Guard = GradGuard;
+
+    #[inline]
+    fn enter(&mut self) -> Result<GradGuard, ScopeError> {
+        set_grad("no_grad", false)
+    }
+}
+
+impl Scope for EnableGrad {
+    type Guard = GradGuard;
+
+    #[inline]
+    fn enter(&mut self) -> Result<GradGuard, ScopeError> {
+        set_grad("enable_grad", true)
+    }
+}
+
+impl Scope for Grad {
+    type Guard = GradGuard;
+
+    #[inline]
+    fn enter(&mut self) -> Result<GradGuard, ScopeError> {
+        set_grad("grad", self.0)
+    }
+}
+
+/// `torch.inference_mode()`: `c10::InferenceMode` for the scope — grad mode
+/// off, and tensors made inside are inference tensors that autograd refuses
+/// later. `enable_grad` nested inside turns grad mode back on, but tensors
+/// made there still don't require grad (as in PyTorch).
+///
+/// ```
+/// use tch_scope::{InferenceMode, Scope, is_inference_mode_enabled};
+/// let g = InferenceMode.enter().unwrap();
+/// assert!(is_inference_mode_enabled());
+/// let t = tch::Tensor::ones([2], (tch::Kind::Float, tch::Device::Cpu));
+/// drop(g);
+/// assert!(t.is_inference());
+/// assert!(!is_inference_mode_enabled());
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InferenceMode;
+
+/// Restores the autograd flags and dispatch keys found on entry.
+#[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
+pub struct InferenceModeGuard {
+    tls: Tls,
+    saved: ffi::InferenceSaved,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for InferenceModeGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InferenceModeGuard").finish_non_exhaustive()
+    }
+}
+
+impl Scope for InferenceMode {
+    type Guard = InferenceModeGuard;
+
+    #[inline]
+    fn enter(&mut self) -> Result<InferenceModeGuard, ScopeError> {
+        let tls = tls::get().map_err(|e| ScopeError::new("inference_mode", None, e))?;
+        let mut saved = ffi::InferenceSaved::default();
+        // SAFETY: this thread's pointers (see tls.rs); `saved` is writable.
+        unsafe { ffi::tch_scope_inference_enter(tls.autograd, tls.keys, true, &mut saved) };
+        Ok(InferenceModeGuard {
+            tls,
+            saved,
+            _not_send: PhantomData,
+        })
+    }
+}
+
+impl Drop for InferenceModeGuard {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: same thread as entry (the guard is !Send).
+        unsafe { ffi::tch_scope_inference_exit(self.tls.autograd, self.tls.keys, &self.saved) };
+    }
+}
+
+/// Whether grad mode is on in this thread (`torch.is_grad_enabled()`).
+///
+/// ```
+/// assert!(tch_scope::is_grad_enabled());
+/// ```
+pub fn is_grad_enabled() -> bool {
+    match tls::get() {
+        // SAFETY: this thread's AutogradState.
+        Ok(t) => unsafe { ffi::tch_scope_grad_get(t.autograd) },
+        Err(_) => true,
+    }
+}
+
+/// Whether inference mode is on in this thread
+/// (`torch.is_inference_mode_enabled()`).
+///
+/// ```
+/// assert!(!tch_scope::is_inference_mode_enabled());
+/// ```
+pub fn is_inference_mode_enabled() -> bool {
+    match tls::get() {
+        // SAFETY: this thread's AutogradState.
+        Ok(t) => unsafe { ffi::tch_scope_inference_get(t.autograd) },
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,80 @@
+//! What the macros expand to. Not a public API: names and signatures here
+//! change without notice.
+
+pub use tch_scope_macros::{scoped_impl, try_scoped_impl};
+
+pub use crate::{Chain, End, Scope, ScopeError, Scoped};
+use crate::{EnableGrad, Grad, InferenceMode, IntoScopeDevice, NoGrad, OnDevice, When};
+
+#[inline(always)]
+pub fn no_grad() -> NoGrad {
+    NoGrad
+}
+
+#[inline(always)]
+pub fn enable_grad() -> EnableGrad {
+    EnableGrad
+}
+
+#[inline(always)]
+pub fn grad(enabled: bool) -> Grad {
+    Grad(enabled)
+}
+
+#[inline(always)]
+pub fn inference_mode() -> InferenceMode {
+    InferenceMode
+}
+
+#[inline]
+pub fn device(d: impl IntoScopeDevice) -> OnDevice {
+    OnDevice::new(d)
+}
+
+#[inline]
+pub fn device_cpu() -> OnDevice {
+    OnDevice::new(tch::Device::Cpu)
+}
+
+#[inline]
+pub fn device_mps() -> OnDevice {
+    OnDevice::new(tch::Device::Mps)
+}
+
+#[inline]
+pub fn device_cuda(index: usize) -> OnDevice {
+    OnDevice::new(tch::Device::Cuda(index))
+}
+
+/// Identity, so that a non-scope gets `Scope`'s `on_unimplemented` message
+/// at the user's expression — once: the opaque return type satisfies the
+/// later `Scope` bounds, so no follow-on errors.
+#[inline(always)]
+pub fn with<S: Scope>(scope: S) -> impl Scope {
+    scope
+}
+
+#[inline(always)]
+pub fn when<S: Scope>(on: bool, scope: S) -> When<S> {
+    When::new(on, scope)
+}
+
+#[inline(always)]
+pub fn enter<S: Scope>(mut scope: S) -> Result<S::Guard, ScopeError> {
+    scope.enter()
+}
+
+#[inline(always)]
+#[track_caller]
+pub fn enter_or_panic<S: Scope>(mut scope: S) -> S::Guard {
+    match scope.enter() {
+        Ok(g) => g,
+        Err(e) => panic_scope_error(e),
+    }
+}
+
+#[cold]
+#[track_caller]
+pub fn panic_scope_error(e: ScopeError) -> ! {
+    panic!("{e}")
+}

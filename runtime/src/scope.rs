@@ -1,0 +1,158 @@
+//! The [`Scope`] trait and the combinators the macros build on.
+
+use crate::ScopeError;
+
+/// Something that can be entered, giving a guard that restores the previous
+/// state when dropped: the Rust counterpart of a Python context manager.
+///
+/// Every scope word (`no_grad`, `device(0)`, …) is a `Scope`; implement it
+/// for your own types and use them with `with(…)` in
+/// [`scoped!`](crate::scoped) or `#[with(…)]`. `enter` takes `&mut self` so
+/// that an async scope can enter the same value again on every poll.
+///
+/// Guards should be `!Send` when the state they restore is per thread (grad
+/// mode, the current device): a guard dropped on another thread would
+/// restore the wrong thread.
+///
+/// ```
+/// use std::cell::Cell;
+/// use tch_scope::{Scope, ScopeError, scoped};
+///
+/// thread_local!(static DEPTH: Cell<u32> = const { Cell::new(0) });
+///
+/// struct Depth;
+/// struct DepthGuard;
+/// impl Scope for Depth {
+///     type Guard = DepthGuard;
+///     fn enter(&mut self) -> Result<DepthGuard, ScopeError> {
+///         DEPTH.with(|d| d.set(d.get() + 1));
+///         Ok(DepthGuard)
+///     }
+/// }
+/// impl Drop for DepthGuard {
+///     fn drop(&mut self) {
+///         DEPTH.with(|d| d.set(d.get() - 1));
+///     }
+/// }
+///
+/// let inside = scoped!(with(Depth), with(Depth) => DEPTH.with(Cell::get));
+/// assert_eq!(inside, 2);
+/// assert_eq!(DEPTH.with(Cell::get), 0);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a scope: it does not implement `tch_scope::Scope`",
+    label = "`with(…)` needs a value that implements `tch_scope::Scope`",
+    note = "implement `tch_scope::Scope` for `{Self}` (an `enter` returning a guard that restores the state on drop), or use a built-in word such as `no_grad` or `device(0)`"
+)]
+pub trait Scope {
+    /// Restores the state on drop.
+    type Guard;
+
+    /// Enters the scope.
+    ///
+    /// # Errors
+    /// A [`ScopeError`] naming the scope, the device and the reason when the
+    /// scope cannot be entered (e.g. `device(3)` on a machine with one GPU).
+    fn enter(&mut self) -> Result<Self::Guard, ScopeError>;
+}
+
+impl<S: Scope + ?Sized> Scope for &mut S {
+    type Guard = S::Guard;
+
+    #[inline]
+    fn enter(&mut self) -> Result<S::Guard, ScopeError> {
+        (**self).enter()
+    }
+}
+
+/// Two scopes as one: enters `A` then `B`, leaves `B` then `A`.
+///
+/// ```
+/// use tch_scope::{Chain, EnableGrad, End, NoGrad, Scope};
+/// let g = Chain(NoGrad, Chain(EnableGrad, End)).enter().unwrap();
+/// assert!(tch_scope::is_grad_enabled()); // the inner one wins
+/// drop(g);
+/// assert!(tch_scope::is_grad_enabled());
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Chain<A, B>(pub A, pub B);
+
+/// The guard of a [`Chain`]: drops the inner guard first.
+#[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
+#[derive(Debug)]
+#[allow(dead_code, reason = "held only for their Drop")]
+pub struct ChainGuard<A, B> {
+    // Fields drop in declaration order: `inner` (B) before `outer` (A).
+    inner: B,
+    outer: A,
+}
+
+impl<A: Scope, B: Scope> Scope for Chain<A, B> {
+    type Guard = ChainGuard<A::Guard, B::Guard>;
+
+    #[inline]
+    fn enter(&mut self) -> Result<Self::Guard, ScopeError> {
+        let outer = self.0.enter()?;
+        // If B fails, `outer` drops here and A is left again.
+        let inner = self.1.enter()?;
+        Ok(ChainGuard { inner, outer })
+    }
+}
+
+/// The empty scope, which ends a [`Chain`].
+///
+/// ```
+/// use tch_scope::{End, Scope};
+/// End.enter().unwrap();
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct End;
+
+impl Scope for End {
+    type Guard = ();
+
+    #[inline]
+    fn enter(&mut self) -> Result<(), ScopeError> {
+        Ok(())
+    }
+}
+
+/// A scope entered only when a condition holds (`no_grad if cond`), like
+/// `ExitStack.enter_context` behind an `if`.
+///
+/// ```
+/// use tch_scope::{NoGrad, Scope, When};
+/// let g = When::new(false, NoGrad).enter().unwrap();
+/// assert!(g.is_none());
+/// assert!(tch_scope::is_grad_enabled());
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct When<S> {
+    on: bool,
+    scope: S,
+}
+
+impl<S> When<S> {
+    /// `scope`, entered only if `on`.
+    ///
+    /// ```
+    /// let w = tch_scope::When::new(true, tch_scope::NoGrad);
+    /// # let _ = w;
+    /// ```
+    pub fn new(on: bool, scope: S) -> Self {
+        Self { on, scope }
+    }
+}
+
+impl<S: Scope> Scope for When<S> {
+    type Guard = Option<S::Guard>;
+
+    #[inline]
+    fn enter(&mut self) -> Result<Self::Guard, ScopeError> {
+        if self.on {
+            self.scope.enter().map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}

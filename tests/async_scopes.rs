@@ -1,0 +1,93 @@
+//! Async: scopes are entered on every poll and left when the poll returns,
+//! so grad mode never leaks into another task on the same thread, nor is
+//! lost when a task moves threads.
+
+use std::pin::pin;
+use std::task::Poll;
+
+use tch_scope::{NoGrad, ScopeFutureExt, no_grad, scoped};
+
+use crate::util::{YieldOnce, block_on, fresh, poll_once, state};
+
+#[no_grad]
+async fn grad_before_and_after_a_suspension() -> (bool, bool) {
+    let before = tch_scope::is_grad_enabled();
+    YieldOnce::default().await;
+    (before, tch_scope::is_grad_enabled())
+}
+
+async fn plain_task() -> bool {
+    YieldOnce::default().await;
+    tch_scope::is_grad_enabled()
+}
+
+#[test]
+fn interleaved_futures_on_one_thread_do_not_leak() {
+    let mut a = pin!(grad_before_and_after_a_suspension());
+    let mut b = pin!(plain_task());
+    // a: enters no_grad, runs to its suspension, leaves no_grad.
+    assert!(poll_once(a.as_mut()).is_pending());
+    assert_eq!(state(), fresh(), "no_grad leaked out of a pending poll");
+    // b runs between a's polls and must see grad on.
+    assert!(poll_once(b.as_mut()).is_pending());
+    assert_eq!(poll_once(b.as_mut()), Poll::Ready(true));
+    // a resumes: no_grad again on both sides of the await.
+    assert_eq!(poll_once(a.as_mut()), Poll::Ready((false, false)));
+    assert_eq!(state(), fresh());
+}
+
+#[test]
+fn scoped_block_with_await_reenters_on_every_poll() {
+    let task = async {
+        scoped!(no_grad, inference_mode => {
+            let before = (tch_scope::is_grad_enabled(), tch_scope::is_inference_mode_enabled());
+            YieldOnce::default().await;
+            let after = (tch_scope::is_grad_enabled(), tch_scope::is_inference_mode_enabled());
+            (before, after)
+        })
+    };
+    let mut task = pin!(task);
+    assert!(poll_once(task.as_mut()).is_pending());
+    assert_eq!(state(), fresh());
+    assert_eq!(
+        poll_once(task.as_mut()),
+        Poll::Ready(((false, true), (false, true)))
+    );
+    assert_eq!(state(), fresh());
+}
+
+#[test]
+fn question_mark_in_an_awaiting_body_acts_on_the_body() {
+    let r: Result<i32, std::num::ParseIntError> = block_on(async {
+        scoped!(no_grad => {
+            YieldOnce::default().await;
+            let n: i32 = "x".parse()?;
+            Ok(n)
+        })
+    });
+    assert!(r.is_err());
+    assert_eq!(state(), fresh());
+}
+
+#[test]
+fn task_moving_threads_keeps_its_scope() {
+    let mut fut = Box::pin(grad_before_and_after_a_suspension().in_scope(NoGrad));
+    assert!(poll_once(fut.as_mut()).is_pending());
+    // Resume on another thread: the scope is entered there for the poll.
+    let out = std::thread::spawn(move || block_on(fut)).join().unwrap();
+    assert_eq!(out.unwrap(), (false, false));
+    assert_eq!(state(), fresh());
+}
+
+#[test]
+fn panic_inside_a_poll_restores() {
+    let fut = async {
+        scoped!(no_grad => {
+            YieldOnce::default().await;
+            panic!("inside poll");
+        })
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| block_on(fut)));
+    assert!(r.is_err());
+    assert_eq!(state(), fresh());
+}

@@ -1,0 +1,4 @@
+#[tch_scope::no_grad]
+struct Model;
+
+fn main() {}

@@ -1,0 +1,5 @@
+use tch_scope::scoped;
+
+fn main() {
+    let _x: () = scoped!(no_grad =>);
+}

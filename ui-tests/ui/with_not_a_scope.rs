@@ -1,0 +1,7 @@
+use tch_scope::scoped;
+
+struct Timer;
+
+fn main() {
+    scoped!(with(Timer) => {});
+}
