@@ -71,8 +71,9 @@ fi
 command -v python3 >/dev/null || die "python3 not found; install python3 (with venv and pip) or set LIBTORCH to a libtorch $want folder"
 mkdir -p "$cache"
 say "installing torch==$want from PyPI into $venv (about 4.7 GB with its CUDA wheels; once per machine)"
-python3 -m venv "$venv" || die "python3 -m venv failed; on Debian: apt-get install python3-venv"
-"$venv/bin/python" -m pip install --progress-bar on "torch==$want" \
+python3 -m venv "$venv" >&2 || die "python3 -m venv failed; on Debian: apt-get install python3-venv"
+# pip's progress goes to stderr: stdout carries only the final path.
+"$venv/bin/python" -m pip install --progress-bar on "torch==$want" >&2 \
   || { rm -rf "$venv"; die "pip install torch==$want failed (see above); check network access to PyPI and free disk space in $cache, then rerun"; }
 dir=$(torch_dir) || die "torch installed but does not import; remove $venv and rerun"
 check_tree "$dir" "installed torch"
