@@ -38,6 +38,7 @@ fn main() {
         .flag_if_supported("-Wno-unused-parameter")
         .file("csrc/grad.cpp")
         .file("csrc/device.cpp")
+        .file("csrc/module.cpp")
         .file("csrc/cuda_link.cpp");
     if cuda {
         build.define("TCH_SCOPE_CUDA", None);

@@ -8,4 +8,5 @@ mod exits;
 mod grad;
 mod linkage;
 mod threads;
+mod train_eval;
 mod util;

@@ -81,6 +81,13 @@ fn scope_value(rt: &TokenStream, scope: &Scope) -> TokenStream {
             let rt = rt_at(rt, e.span());
             quote_spanned!(e.span()=> #rt::__private::with(#e))
         }
+        // A reference, so the scope borrows the model instead of moving it;
+        // spanned on the model so a non-`Trainable` is reported there.
+        Ctor::Model(e) => {
+            let f = Ident::new(scope.word.name, span);
+            let rt = rt_at(rt, e.span());
+            quote_spanned!(e.span()=> #rt::__private::#f(&(#e)))
+        }
     };
     match &scope.cond {
         Some(cond) => quote_spanned!(span=> #rt::__private::when(#cond, #value)),

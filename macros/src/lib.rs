@@ -9,7 +9,7 @@
 //! scope words, each optionally with arguments and an `if` condition:
 //! `no_grad`, `enable_grad`, `grad(enabled)`, `inference_mode`,
 //! `device(0)` / `device(cpu)` / `device("cuda:1")` / `device(expr)`,
-//! `with(scope)`. The first word listed is the outermost scope.
+//! `eval(model)`, `train(model)`, `with(scope)`. The first word listed is the outermost scope.
 //!
 //! [tch-scope]: https://docs.rs/tch-scope
 
@@ -63,6 +63,24 @@ pub fn inference_mode(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn device(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("device"), args.into(), item.into()).into()
+}
+
+/// Runs the function with a model in eval mode, putting back its previous
+/// modes (every submodule's) when the call returns: `#[eval(model)]` names a
+/// parameter (or any expression) whose type implements
+/// `tch_scope::Trainable`. The scope borrows the model (shared) for the call.
+/// Does not turn autograd off: add `#[no_grad]`, or `#[scope(no_grad,
+/// eval(model))]`.
+#[proc_macro_attribute]
+pub fn eval(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("eval"), args.into(), item.into()).into()
+}
+
+/// Runs the function with a model in training mode, putting back its
+/// previous modes when the call returns: `#[train(model)]`.
+#[proc_macro_attribute]
+pub fn train(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("train"), args.into(), item.into()).into()
 }
 
 /// Runs the function inside any value implementing `tch_scope::Scope`:

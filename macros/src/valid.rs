@@ -66,10 +66,12 @@ pub(crate) enum Ctor {
     /// A runtime value, converted by `__private::device`.
     DeviceExpr(Expr),
     With(Expr),
+    /// `__private::<word>(&(model))`.
+    Model(Expr),
 }
 
 pub(crate) fn validate(items: Vec<Item>, errors: &mut Errors) -> Vec<Scope> {
-    let mut seen: Vec<&'static Word> = Vec::new();
+    let mut seen: Vec<Seen> = Vec::new();
     let mut scopes = Vec::new();
     for item in items {
         let name = item.name.unraw().to_string();
@@ -77,11 +79,15 @@ pub(crate) fn validate(items: Vec<Item>, errors: &mut Errors) -> Vec<Scope> {
             errors.push(unknown(&item));
             continue;
         };
-        if let Some(e) = conflict(word, &seen, &item) {
+        let seen_here = Seen {
+            word,
+            target: target(word, &item),
+        };
+        if let Some(e) = conflict(&seen_here, &seen, &item) {
             errors.push(e);
             continue;
         }
-        seen.push(word);
+        seen.push(seen_here);
         match ctor(word, &item) {
             Ok(ctor) => scopes.push(Scope {
                 word,
@@ -110,17 +116,44 @@ fn unknown(item: &Item) -> syn::Error {
     )
 }
 
-fn conflict(word: &Word, seen: &[&Word], item: &Item) -> Option<syn::Error> {
-    let message = if !word.repeat && seen.iter().any(|w| w.name == word.name) {
+/// A word already in the list, and what it acts on.
+struct Seen {
+    word: &'static Word,
+    /// For model words, the model's tokens: `eval(a), train(b)` act on
+    /// different models and don't conflict. `None` for every other word.
+    target: Option<String>,
+}
+
+fn target(word: &Word, item: &Item) -> Option<String> {
+    if word.shape != Shape::Model {
+        return None;
+    }
+    let first = item.args.as_ref()?.list.first()?;
+    match first {
+        Arg::Expr(e) => Some(quote::ToTokens::to_token_stream(e).to_string()),
+        Arg::Named(..) => None,
+    }
+}
+
+fn conflict(here: &Seen, seen: &[Seen], item: &Item) -> Option<syn::Error> {
+    let word = here.word;
+    let same = |s: &&Seen| s.target == here.target;
+    let message = if !word.repeat && seen.iter().filter(same).any(|s| s.word.name == word.name) {
         format!("`{}` appears twice in this list; keep one", word.name)
     } else {
-        let earlier = seen
-            .iter()
-            .find(|w| word.group.is_some() && w.group == word.group && w.name != word.name)?;
-        format!(
-            "`{}` contradicts `{}` earlier in this list; keep one",
-            word.name, earlier.name
-        )
+        let earlier = seen.iter().filter(same).find(|s| {
+            word.group.is_some() && s.word.group == word.group && s.word.name != word.name
+        })?;
+        match &here.target {
+            Some(model) => format!(
+                "`{}({model})` contradicts `{}({model})` earlier in this list; keep one",
+                word.name, earlier.word.name
+            ),
+            None => format!(
+                "`{}` contradicts `{}` earlier in this list; keep one",
+                word.name, earlier.word.name
+            ),
+        }
     };
     Some(syn::Error::new(item.name.span(), message))
 }
@@ -131,6 +164,7 @@ fn ctor(word: &Word, item: &Item) -> syn::Result<Ctor> {
         Shape::Bare | Shape::Exprs(_) => Ctor::Call(exprs),
         Shape::Device => device(exprs.remove(0))?,
         Shape::Scope => Ctor::With(exprs.remove(0)),
+        Shape::Model => Ctor::Model(exprs.remove(0)),
     })
 }
 

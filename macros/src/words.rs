@@ -18,6 +18,11 @@ pub(crate) enum Shape {
     Device,
     /// `with(..)`: any value implementing `Scope`, type-checked by rustc.
     Scope,
+    /// `eval(model)`: a model implementing `Trainable`, borrowed: expands to
+    /// `__private::<name>(&(model))`. Words of one group contradict each
+    /// other only on the same model (the same tokens): `train(gen),
+    /// eval(disc)` is fine, `train(m), eval(m)` is not.
+    Model,
 }
 
 /// One scope word.
@@ -34,6 +39,7 @@ pub(crate) struct Word {
 }
 
 const GRAD_MODE: Option<&str> = Some("grad mode");
+const MODEL_MODE: Option<&str> = Some("model mode");
 
 pub(crate) const WORDS: &[Word] = &[
     Word {
@@ -72,6 +78,20 @@ pub(crate) const WORDS: &[Word] = &[
         doc: "default device",
     },
     Word {
+        name: "eval",
+        shape: Shape::Model,
+        group: MODEL_MODE,
+        repeat: false,
+        doc: "model in eval mode",
+    },
+    Word {
+        name: "train",
+        shape: Shape::Model,
+        group: MODEL_MODE,
+        repeat: false,
+        doc: "model in training mode",
+    },
+    Word {
         name: "with",
         shape: Shape::Scope,
         group: None,
@@ -88,6 +108,7 @@ impl Word {
             Shape::Exprs(params) => params,
             Shape::Device => &["device"],
             Shape::Scope => &["scope"],
+            Shape::Model => &["model"],
         }
     }
 

@@ -40,5 +40,30 @@ fn grad(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, grad);
+/// `no_grad, eval(model)` on the tests' TorchScript model (5 modules:
+/// Linear, BatchNorm1d, Dropout, Linear): save every module's mode, switch
+/// all to eval, restore each.
+fn eval(c: &mut Criterion) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/bn_dropout.pt");
+    let model =
+        tch::CModule::load(path).expect("tests/data/bn_dropout.pt (scripts/export_models.py)");
+    let mut g = c.benchmark_group("eval");
+    g.bench_function("tch_scope scoped!(no_grad, eval(model))", |b| {
+        b.iter(|| scoped!(no_grad, eval(model) => black_box(1)));
+    });
+    let mut plain = tch::CModule::load(path).unwrap();
+    g.bench_function("tch no_grad_guard + set_eval + set_train", |b| {
+        // Not a restore: tch can't read the mode, so this only sets it back
+        // to training (what the model was).
+        b.iter(|| {
+            let _g = tch::no_grad_guard();
+            plain.set_eval();
+            black_box(1);
+            plain.set_train();
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, grad, eval);
 criterion_main!(benches);

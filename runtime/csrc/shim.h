@@ -45,6 +45,23 @@ tch_scope_status tch_scope_cuda_device_count(int32_t* count);
 tch_scope_status tch_scope_cuda_exchange_device(int32_t index, int32_t* previous);
 tch_scope_status tch_scope_cuda_current_device(int32_t* index);
 
+// ---- TorchScript module modes (module.cpp) -----------------------------
+// `module` is a torch::jit::Module* (tch's CModule pointer, torch-sys's
+// `module` typedef). Modes are one byte per module (1 = training), in
+// modules() order: the module itself, then its submodules depth-first.
+// Writes min(n, cap) modes to `out`; `*n` gets the number of modules.
+tch_scope_status tch_scope_module_modes(void* module, uint8_t* out, size_t cap, size_t* n);
+// Saves the modes like tch_scope_module_modes and sets every module to
+// `on`, walking the modules once. If they don't all fit in `cap`, changes
+// nothing and sets `*n` to the number needed.
+tch_scope_status tch_scope_module_exchange(void* module, bool on, uint8_t* out, size_t cap,
+                                           size_t* n);
+// Module::train(on): the module and every submodule.
+tch_scope_status tch_scope_module_set_training(void* module, bool on);
+// Sets each module's own "training" flag (non-recursively) from `modes`;
+// fails, changing nothing, if `n` is not the number of modules.
+tch_scope_status tch_scope_module_restore_modes(void* module, const uint8_t* modes, size_t n);
+
 // 1 when this build of the shim linked libtorch_cuda (see cuda_anchor.cpp).
 int32_t tch_scope_built_with_cuda(void);
 

@@ -36,6 +36,25 @@ unsafe extern "C" {
     pub(crate) fn tch_scope_cuda_exchange_device(index: i32, previous: *mut i32) -> Status;
     pub(crate) fn tch_scope_cuda_current_device(index: *mut i32) -> Status;
     pub(crate) fn tch_scope_built_with_cuda() -> i32;
+    pub(crate) fn tch_scope_module_modes(
+        module: *mut c_void,
+        out: *mut u8,
+        cap: usize,
+        n: *mut usize,
+    ) -> Status;
+    pub(crate) fn tch_scope_module_exchange(
+        module: *mut c_void,
+        on: bool,
+        out: *mut u8,
+        cap: usize,
+        n: *mut usize,
+    ) -> Status;
+    pub(crate) fn tch_scope_module_set_training(module: *mut c_void, on: bool) -> Status;
+    pub(crate) fn tch_scope_module_restore_modes(
+        module: *mut c_void,
+        modes: *const u8,
+        n: usize,
+    ) -> Status;
 }
 
 /// Keeps the shim's `cuda_link.cpp` object in every binary that links this

@@ -38,7 +38,15 @@
 //! | `grad(flag)` | `torch.set_grad_enabled(flag)` | [`Grad`] |
 //! | `inference_mode` | `torch.inference_mode()` | [`InferenceMode`] |
 //! | `device(0)`, `device(cpu)`, `device("cuda:1")`, `device(expr)` | `torch.cuda.device(n)` | [`OnDevice`] |
+//! | `eval(model)` | `was = model.training; model.eval()` … `model.train(was)` | [`Mode`] |
+//! | `train(model)` | `was = model.training; model.train()` … `model.train(was)` | [`Mode`] |
 //! | `with(expr)` | `with expr:` | any [`Scope`] |
+//!
+//! `eval(model)` and `train(model)` take any [`Trainable`] model — a
+//! [`tch::CModule`], a `tch::nn` module wrapped in [`WithMode`], or your own
+//! type — and borrow it (shared) for the scope, so the body can still call
+//! it. On exit every submodule's own mode is put back. `eval` does not turn
+//! autograd off; write `no_grad, eval(model)`.
 //!
 //! # Attributes
 //! Each word is also an attribute taking the same arguments (`#[no_grad]`,
@@ -56,6 +64,7 @@
 
 #![warn(missing_docs)]
 
+mod cmodule;
 mod device;
 mod error;
 mod ffi;
@@ -63,6 +72,8 @@ mod future;
 mod grad;
 mod scope;
 mod tls;
+mod train;
+mod with_mode;
 
 #[doc(hidden)]
 #[path = "private.rs"]
@@ -79,9 +90,11 @@ pub use grad::{
     is_inference_mode_enabled,
 };
 pub use scope::{Chain, ChainGuard, End, Scope, When};
+pub use train::{Mode, ModeGuard, Trainable};
+pub use with_mode::WithMode;
 
 pub use tch_scope_macros::scoped as scope;
-pub use tch_scope_macros::{device, enable_grad, grad, inference_mode, no_grad, with};
+pub use tch_scope_macros::{device, enable_grad, eval, grad, inference_mode, no_grad, train, with};
 
 /// Runs a block inside a list of scopes: `scoped!(SCOPES => BODY)`.
 ///

@@ -4,7 +4,9 @@
 pub use tch_scope_macros::{scoped_impl, try_scoped_impl};
 
 pub use crate::{Chain, End, Scope, ScopeError, Scoped};
-use crate::{EnableGrad, Grad, InferenceMode, IntoScopeDevice, NoGrad, OnDevice, When};
+use crate::{
+    EnableGrad, Grad, InferenceMode, IntoScopeDevice, Mode, NoGrad, OnDevice, Trainable, When,
+};
 
 #[inline(always)]
 pub fn no_grad() -> NoGrad {
@@ -52,6 +54,20 @@ pub fn device_cuda(index: usize) -> OnDevice {
 #[inline(always)]
 pub fn with<S: Scope>(scope: S) -> impl Scope {
     scope
+}
+
+/// `eval(model)`: the macros pass `&(model)`, so the scope borrows the
+/// model rather than moving it. The opaque return type keeps a
+/// non-`Trainable` model to one error, at the user's expression.
+#[inline(always)]
+pub fn eval<T: Trainable + ?Sized>(model: &T) -> impl Scope {
+    Mode::eval(model)
+}
+
+/// `train(model)`; see [`eval`].
+#[inline(always)]
+pub fn train<T: Trainable + ?Sized>(model: &T) -> impl Scope {
+    Mode::train(model)
 }
 
 #[inline(always)]

@@ -62,7 +62,8 @@ fn unknown_word_suggests_the_closest() {
         "no_grd => {}",
         "unknown scope word `no_grd`; did you mean `no_grad`? known words: `no_grad` (autograd off), \
          `enable_grad` (autograd on), `grad(enabled)` (autograd on or off), `inference_mode` \
-         (inference mode), `device(0)` (default device), `with(scope)` (any `Scope` value)",
+         (inference mode), `device(0)` (default device), `eval(model)` (model in eval mode), \
+         `train(model)` (model in training mode), `with(scope)` (any `Scope` value)",
         "no_grd",
         1,
     );
@@ -290,6 +291,12 @@ fn duplicate_word() {
         "device",
         2,
     );
+    one(
+        "eval(model), no_grad, eval(model) => {}",
+        "`eval` appears twice in this list; keep one",
+        "eval",
+        2,
+    );
 }
 
 #[test]
@@ -306,6 +313,34 @@ fn contradictory_words() {
         "no_grad",
         1,
     );
+    one(
+        "no_grad, eval(model), train(model) => {}",
+        "`train(model)` contradicts `eval(model)` earlier in this list; keep one",
+        "train",
+        1,
+    );
+    one(
+        "train(self.net), eval(self . net) => {}",
+        "`eval(self . net)` contradicts `train(self . net)` earlier in this list; keep one",
+        "eval",
+        1,
+    );
+}
+
+#[test]
+fn model_words_need_a_model() {
+    one(
+        "eval => {}",
+        "`eval` needs one argument: write `eval(model)`",
+        "eval",
+        1,
+    );
+    one(
+        "train(a, b) => {}",
+        "`train` takes one argument, found 2: write `train(model)`",
+        "b",
+        1,
+    );
 }
 
 #[test]
@@ -315,6 +350,9 @@ fn allowed_combinations() {
         "no_grad, inference_mode",
         "with(a), with(b), with(c)",
         "device(0), with(a), grad(t)",
+        // Different models may be in different modes (a GAN step).
+        "train(generator), eval(discriminator)",
+        "no_grad, eval(a), eval(b)",
     ] {
         let out = scoped_tokens(Flavor::Scoped, lex(&format!("::rt ; {list} => {{}}")));
         assert!(

@@ -165,6 +165,26 @@ fn try_scoped_awaiting_body() {
 }
 
 #[test]
+fn scoped_model_modes() {
+    macro_snapshot(
+        "scoped_model_modes",
+        Flavor::Scoped,
+        "no_grad, eval(model), train(self.encoder) if fine_tune => model.forward_ts(&[&x])",
+    );
+}
+
+#[test]
+fn eval_attribute() {
+    attr_snapshot(
+        "attr_eval_fn",
+        Attr::Word("eval"),
+        "model",
+        "fn validate(model: &mut Net, x: &Tensor) -> f64 {\n    model.forward(x).double_value(&[])\n}",
+        None,
+    );
+}
+
+#[test]
 fn sync_fn() {
     attr_snapshot(
         "attr_sync_fn",

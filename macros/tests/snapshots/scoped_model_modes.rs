@@ -1,0 +1,21 @@
+// Input:
+//     scoped!(no_grad, eval(model), train(self.encoder) if fine_tune => model.forward_ts(&[&x]))
+// Expansion:
+
+fn expansion() {
+    {
+        let __tch_scope_guard0 = ::tch_scope::__private::enter_or_panic(
+            ::tch_scope::__private::no_grad(),
+        );
+        let __tch_scope_guard1 = ::tch_scope::__private::enter_or_panic(
+            ::tch_scope::__private::eval(&(model)),
+        );
+        let __tch_scope_guard2 = ::tch_scope::__private::enter_or_panic(
+            ::tch_scope::__private::when(
+                fine_tune,
+                ::tch_scope::__private::train(&(self.encoder)),
+            ),
+        );
+        model.forward_ts(&[&x])
+    }
+}

@@ -1,0 +1,95 @@
+"""Exports the small TorchScript models the train/eval tests load, with
+PyTorch's own outputs as the expected values.
+
+Run with the bootstrap's venv python (torch 2.13):
+    ~/.cache/tch-scope/venv-torch-2.13.0/bin/python scripts/export_models.py
+
+Writes into tests/data/ (a few KB):
+  bn_dropout.pt    Linear -> BatchNorm1d -> ReLU -> Dropout -> Linear,
+                   saved in TRAINING mode; `running_mean()` returns the
+                   BatchNorm's running mean
+  mixed_modes.pt   the same layout, saved with its submodules in mixed modes
+                   (root training, bn eval, dropout eval, head training)
+  bn_dropout.json  a fixed input, PyTorch's eval-mode output for it, the
+                   running stats after load, and each model's per-module
+                   modes in modules() order
+"""
+
+import json
+import pathlib
+
+import torch
+from torch import nn
+
+OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data"
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 6)
+        self.bn = nn.BatchNorm1d(6)
+        self.drop = nn.Dropout(0.5)
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.head(self.drop(torch.relu(self.bn(self.fc(x)))))
+
+    @torch.jit.export
+    def running_mean(self):
+        """BatchNorm's running mean, so tests can see whether it moved."""
+        return self.bn.running_mean.clone()
+
+
+def modes(module):
+    # TorchScript's modules() order: the module itself, then submodules
+    # depth-first, as Module::modules() in C++ iterates them.
+    return [m.training for m in module.modules()]
+
+
+def main():
+    OUT.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    net = Net()
+    # Non-trivial running stats, so eval vs train visibly differ.
+    with torch.no_grad():
+        net.bn.running_mean.copy_(torch.linspace(-0.5, 0.5, 6))
+        net.bn.running_var.copy_(torch.linspace(0.5, 2.0, 6))
+    net.train()
+    scripted = torch.jit.script(net)
+    scripted.save(str(OUT / "bn_dropout.pt"))
+
+    mixed = torch.jit.script(net)
+    mixed.train()
+    mixed.bn.eval()
+    mixed.drop.eval()
+    mixed.save(str(OUT / "mixed_modes.pt"))
+
+    x = torch.randn(5, 4)
+    loaded = torch.jit.load(str(OUT / "bn_dropout.pt"))
+    assert loaded.training
+    mixed_loaded = torch.jit.load(str(OUT / "mixed_modes.pt"))
+    was = loaded.training
+    loaded.eval()
+    with torch.no_grad():
+        expected = loaded(x)
+    loaded.train(was)
+
+    data = {
+        "input_shape": list(x.shape),
+        "input": x.flatten().tolist(),
+        "eval_output_shape": list(expected.shape),
+        "eval_output": expected.flatten().tolist(),
+        "running_mean": net.bn.running_mean.tolist(),
+        "running_var": net.bn.running_var.tolist(),
+        "bn_dropout_modes": modes(loaded),
+        "mixed_modes": modes(mixed_loaded),
+    }
+    # One key per line, so the Rust tests' tiny reader needs no JSON crate.
+    lines = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in data.items())
+    (OUT / "bn_dropout.json").write_text("{\n" + lines + "\n}\n")
+    print("wrote", *(p.name for p in sorted(OUT.iterdir())))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,301 @@
+//! `eval(model)` / `train(model)` on real models: TorchScript modules
+//! exported by `scripts/export_models.py` (expected values from PyTorch
+//! 2.13), and `tch::nn` modules wrapped in `WithMode`.
+//!
+//! A forward pass in training mode moves BatchNorm's running stats, so every
+//! test loads its own fresh copy of the model.
+
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use tch::nn::{self, ModuleT};
+use tch::{CModule, Device, Kind, TchError, Tensor};
+use tch_scope::{
+    Mode, Scope, Trainable, WithMode, eval, is_grad_enabled, scope, scoped, train, try_scoped,
+};
+
+use crate::util::{YieldOnce, poll_once};
+
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/");
+
+fn load(name: &str) -> CModule {
+    CModule::load(format!("{DATA}{name}")).unwrap()
+}
+
+/// The values of `"key": [..]` in bn_dropout.json (one key per line).
+fn json(key: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(format!("{DATA}bn_dropout.json")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("\"{key}\":")))
+        .unwrap_or_else(|| panic!("no {key} in bn_dropout.json"));
+    let list = &line[line.find('[').unwrap() + 1..line.rfind(']').unwrap()];
+    list.split(',').map(|v| v.trim().to_owned()).collect()
+}
+
+fn floats(key: &str) -> Vec<f32> {
+    json(key).iter().map(|v| v.parse().unwrap()).collect()
+}
+
+fn bools(key: &str) -> Vec<bool> {
+    json(key).iter().map(|v| v == "true").collect()
+}
+
+fn tensor(key: &str) -> Tensor {
+    let shape: Vec<i64> = json(&format!("{key}_shape"))
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    Tensor::from_slice(&floats(key)).reshape(shape)
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    (a - b).abs().max().double_value(&[])
+}
+
+fn running_mean(model: &CModule) -> Tensor {
+    model.method_ts::<Tensor>("running_mean", &[]).unwrap()
+}
+
+#[test]
+fn eval_output_matches_pytorch() {
+    let model = load("bn_dropout.pt");
+    let x = tensor("input");
+    let y = scoped!(no_grad, eval(model) => model.forward_ts(&[&x]).unwrap());
+    assert!(
+        max_diff(&y, &tensor("eval_output")) < 1e-6,
+        "{y} vs PyTorch {}",
+        tensor("eval_output")
+    );
+    assert_eq!(model.modes().unwrap(), bools("bn_dropout_modes"));
+    assert!(
+        model.modes().unwrap().iter().all(|&t| t),
+        "back in training"
+    );
+}
+
+#[test]
+fn eval_does_not_imply_no_grad() {
+    let model = load("bn_dropout.pt");
+    assert!(scoped!(eval(model) => is_grad_enabled()));
+    assert!(!scoped!(no_grad, eval(model) => is_grad_enabled()));
+}
+
+#[test]
+fn training_mode_comes_back_after_a_panic() {
+    let model = load("bn_dropout.pt");
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        scoped!(eval(model) => {
+            assert_eq!(model.modes().unwrap(), vec![false; 5]);
+            panic!("body failed");
+        })
+    }));
+    assert!(r.is_err());
+    assert_eq!(model.modes().unwrap(), vec![true; 5]);
+}
+
+#[test]
+fn mixed_submodule_modes_come_back_exactly() {
+    let model = load("mixed_modes.pt");
+    let saved = bools("mixed_modes");
+    assert_eq!(model.modes().unwrap(), saved, "as PyTorch saved them");
+    assert!(saved.contains(&true) && saved.contains(&false));
+
+    scoped!(eval(model) => assert_eq!(model.modes().unwrap(), vec![false; 5]));
+    assert_eq!(model.modes().unwrap(), saved);
+
+    scoped!(train(model) => {
+        assert_eq!(model.modes().unwrap(), vec![true; 5]);
+        scoped!(eval(model) => assert_eq!(model.modes().unwrap(), vec![false; 5]));
+        assert_eq!(model.modes().unwrap(), vec![true; 5]);
+    });
+    assert_eq!(model.modes().unwrap(), saved);
+
+    // The module as saved has BatchNorm and Dropout in eval: its plain
+    // forward is PyTorch's eval output.
+    let y = tch::no_grad(|| model.forward_ts(&[tensor("input")]).unwrap());
+    assert!(max_diff(&y, &tensor("eval_output")) < 1e-6);
+}
+
+#[test]
+fn train_updates_batchnorm_stats_and_eval_leaves_them() {
+    let model = load("mixed_modes.pt");
+    let x = tensor("input");
+    let initial = Tensor::from_slice(&floats("running_mean"));
+    assert!(max_diff(&running_mean(&model), &initial) < 1e-7);
+
+    let _ = scoped!(no_grad, eval(model) => model.forward_ts(&[&x]).unwrap());
+    assert!(
+        max_diff(&running_mean(&model), &initial) < 1e-7,
+        "eval left the stats alone"
+    );
+
+    let _ = scoped!(no_grad, train(model) => model.forward_ts(&[&x]).unwrap());
+    assert!(
+        max_diff(&running_mean(&model), &initial) > 1e-3,
+        "train moved the stats"
+    );
+    // BatchNorm is back in eval (as saved), now with the moved stats.
+    assert_eq!(model.modes().unwrap(), bools("mixed_modes"));
+    let y = tch::no_grad(|| model.forward_ts(&[&x]).unwrap());
+    assert!(max_diff(&y, &tensor("eval_output")) > 1e-4);
+}
+
+#[test]
+fn awaiting_body_leaves_the_mode_between_polls() {
+    let model = load("bn_dropout.pt");
+    let fut = async {
+        scoped!(eval(model) => {
+            let before = model.modes().unwrap()[0];
+            YieldOnce::default().await;
+            (before, model.modes().unwrap()[0])
+        })
+    };
+    let mut fut = std::pin::pin!(fut);
+    assert!(poll_once(fut.as_mut()).is_pending());
+    assert!(model.modes().unwrap()[0], "training between polls");
+    let std::task::Poll::Ready(inside) = poll_once(fut.as_mut()) else {
+        panic!("not done after two polls");
+    };
+    assert_eq!(inside, (false, false));
+    assert!(model.modes().unwrap()[0]);
+}
+
+#[test]
+fn with_mode_switches_dropout() {
+    let vs = nn::VarStore::new(Device::Cpu);
+    let model = WithMode::new(
+        nn::seq_t()
+            .add_fn_t(|x, train| x.dropout(0.5, train))
+            .add(nn::func(|x| x * 1.0)),
+    );
+    let x = Tensor::ones([1000], (Kind::Float, Device::Cpu));
+    let zeros = |y: &Tensor| y.eq(0.0).sum(Kind::Int64).int64_value(&[]);
+
+    assert!(model.is_training(), "training by default, as in PyTorch");
+    assert!(zeros(&model.forward(&x)) > 300, "dropout active");
+    let y = scoped!(eval(model) => model.forward(&x));
+    assert!(y.equal(&x), "identity in eval");
+    assert!(zeros(&model.forward(&x)) > 300, "active again");
+
+    model.set_training(false).unwrap();
+    let y = scoped!(train(model) => model.forward(&x));
+    assert!(zeros(&y) > 300);
+    assert!(!model.is_training(), "eval again");
+    drop(vs);
+}
+
+#[test]
+fn with_mode_batchnorm_stats() {
+    let vs = nn::VarStore::new(Device::Cpu);
+    let bn = WithMode::new(nn::batch_norm1d(vs.root(), 3, Default::default()));
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 5.0, 6.0, 7.0]).reshape([2, 3]);
+    let before = bn.running_mean.copy(); // through Deref
+
+    let _ = scoped!(no_grad, eval(bn) => bn.forward(&x));
+    assert!(bn.running_mean.equal(&before));
+    let _ = scoped!(no_grad, train(bn) => bn.forward(&x));
+    assert!(!bn.running_mean.equal(&before));
+    // Used as a plain `tch::nn::ModuleT` too.
+    let _ = bn.forward_t(&x, false);
+}
+
+#[eval(model)]
+fn validate(model: &mut CModule, x: &Tensor) -> (Tensor, Vec<bool>) {
+    let y = tch::no_grad(|| model.forward_ts(&[x]).unwrap());
+    (y, model.modes().unwrap())
+}
+
+#[scope(no_grad, train(model))]
+fn train_step(model: &CModule, x: &Tensor) -> (bool, bool) {
+    let _ = model.forward_ts(&[x]).unwrap();
+    (is_grad_enabled(), model.modes().unwrap()[0])
+}
+
+#[train(model)]
+fn is_training_inside(model: &WithMode<nn::Func<'static>>) -> bool {
+    model.is_training()
+}
+
+struct Validator {
+    net: WithMode<nn::Func<'static>>,
+}
+
+impl Validator {
+    #[eval(self.net)]
+    fn run(&self) -> bool {
+        self.net.is_training()
+    }
+}
+
+#[test]
+fn attributes() {
+    let mut model = load("bn_dropout.pt");
+    let (y, inside) = validate(&mut model, &tensor("input"));
+    assert!(max_diff(&y, &tensor("eval_output")) < 1e-6);
+    assert_eq!(inside, vec![false; 5]);
+    assert_eq!(model.modes().unwrap(), vec![true; 5]);
+
+    let model = load("mixed_modes.pt");
+    assert_eq!(train_step(&model, &tensor("input")), (false, true));
+    assert_eq!(model.modes().unwrap(), bools("mixed_modes"));
+
+    let v = Validator {
+        net: WithMode::new(nn::func(|x| x.shallow_clone())),
+    };
+    assert!(!v.run());
+    assert!(v.net.is_training());
+    v.net.set_training(false).unwrap();
+    assert!(is_training_inside(&v.net));
+    assert!(!v.net.is_training());
+}
+
+#[test]
+fn trainable_through_pointers() {
+    let model = std::sync::Arc::new(load("bn_dropout.pt"));
+    let boxed: Box<dyn Fn() -> bool> = {
+        let m = model.clone();
+        Box::new(move || scoped!(eval(m) => !m.modes().unwrap()[0]))
+    };
+    assert!(boxed());
+    let r = &model;
+    assert!(scoped!(eval(r) => !r.modes().unwrap()[0]));
+    assert_eq!(model.modes().unwrap(), vec![true; 5]);
+}
+
+/// A model whose switch fails half way: the scope reports it and puts back
+/// what it had found.
+struct Flaky {
+    training: Cell<bool>,
+}
+
+impl Trainable for Flaky {
+    type Modes = bool;
+    fn modes(&self) -> Result<bool, TchError> {
+        Ok(self.training.get())
+    }
+    fn set_training(&self, on: bool) -> Result<(), TchError> {
+        self.training.set(on);
+        Err(TchError::Torch("device lost".into()))
+    }
+    fn restore_modes(&self, modes: bool) -> Result<(), TchError> {
+        self.training.set(modes);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failed_switch_is_a_scope_error_and_restores() {
+    let model = Flaky {
+        training: Cell::new(true),
+    };
+    let e = try_scoped!(no_grad, eval(model) => ()).unwrap_err();
+    assert_eq!(e.scope(), "eval");
+    assert_eq!(
+        e.to_string(),
+        "cannot enter `eval`: Internal torch error: device lost"
+    );
+    assert!(model.training.get());
+    assert!(is_grad_enabled());
+    assert!(Mode::train(&model).enter().is_err());
+}
