@@ -14,6 +14,7 @@ all: test
 # LIBTORCH the user set.
 libtorch:
 	@bash $(BOOTSTRAP) >/dev/null
+	@bash scripts/bootstrap-gloo.sh
 
 demo: libtorch
 	$(CARGO) run -p examples --example demo

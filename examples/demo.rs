@@ -70,4 +70,30 @@ fn main() {
         Ok(v) => println!("on cuda:0: {v:.3}"),
         Err(e) => println!("device(0): {e}"),
     }
+
+    // `seed(n)`: a reproducible draw that leaves the global stream as it was.
+    let draw = || Tensor::rand([3], (Kind::Float, Device::Cpu));
+    let (a, b) = (scoped!(seed(42) => draw()), scoped!(seed(42) => draw()));
+    println!(
+        "seed(42) draws {:?} every time: {}",
+        Vec::<f32>::try_from(&a).unwrap(),
+        a.equal(&b)
+    );
+
+    // `checkpoint(vs, path, resume)`: fine-tune in two runs; each saves the
+    // weights and the logged losses on exit (crash-safely, panics included)
+    // and the next resumes from them.
+    let ckpt = std::env::temp_dir().join("tch-scope-demo.safetensors");
+    let _ = std::fs::remove_file(&ckpt);
+    for run in 1..=2 {
+        scoped!(checkpoint(vs, &ckpt, resume) => {
+            let done = tch_scope::metrics().unwrap().get("loss").len();
+            for _ in 0..5 {
+                let loss = model.forward(&train_x).mse_loss(&train_y, tch::Reduction::Mean);
+                opt.backward_step(&loss);
+                tch_scope::log_metric("loss", loss.double_value(&[]));
+            }
+            println!("checkpoint run {run}: resumed after {done} steps, saving {}", done + 5);
+        });
+    }
 }

@@ -8,6 +8,9 @@
 use std::env;
 use std::path::PathBuf;
 
+#[path = "build/distributed.rs"]
+mod distributed;
+
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(tch_scope_cuda)");
     println!("cargo::rerun-if-changed=csrc");
@@ -39,7 +42,11 @@ fn main() {
         .file("csrc/grad.cpp")
         .file("csrc/device.cpp")
         .file("csrc/module.cpp")
+        .file("csrc/memory.cpp")
+        .files(["csrc/rng.cpp", "csrc/autocast.cpp", "csrc/profile.cpp"])
+        .file("csrc/global_modes.cpp")
         .file("csrc/cuda_link.cpp");
+    distributed::configure(&mut build, &include);
     if cuda {
         build.define("TCH_SCOPE_CUDA", None);
         println!("cargo::rustc-cfg=tch_scope_cuda");

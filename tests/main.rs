@@ -3,10 +3,13 @@
 
 mod async_scopes;
 mod attributes;
+mod context;
 mod device;
+mod distributed;
 mod exits;
 mod grad;
 mod linkage;
 mod threads;
+mod timing;
 mod train_eval;
 mod util;

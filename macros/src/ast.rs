@@ -29,10 +29,7 @@ pub(crate) struct Args {
 pub(crate) enum Arg {
     Expr(Expr),
     /// `key = value`, for words that take options.
-    Named(
-        Ident,
-        #[expect(dead_code, reason = "no word takes options yet")] Expr,
-    ),
+    Named(Ident, Expr),
 }
 
 /// Where a list ends: at `=>` (`scoped!`) or at the end of input (attributes).

@@ -12,6 +12,7 @@ use syn::{Attribute, LitStr, Signature, Token, Visibility};
 
 use crate::ast::{self, End, Item};
 use crate::expand;
+use crate::options;
 use crate::valid::{self, Errors};
 use crate::words::{self, Word};
 
@@ -69,6 +70,16 @@ pub(crate) fn attr_tokens(
         sig,
         block,
     } = func;
+    let mut scopes = scopes;
+    let fn_name = format!("::{}", sig.ident);
+    for scope in &mut scopes {
+        if let (valid::Ctor::Options(values), crate::words::Shape::Options(spec)) =
+            (&mut scope.ctor, scope.word.shape)
+        {
+            // A function's measurements are named `module::path::function`.
+            options::default_name(values, spec, &fn_name);
+        }
+    }
     let body = expand::fn_body(&quote!(::tch_scope), &scopes, &sig, &block);
     Ok(quote!(#(#attrs)* #vis #default #sig #body))
 }

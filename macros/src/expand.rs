@@ -11,6 +11,7 @@ use syn::visit::Visit;
 use syn::{ReturnType, Signature, Type};
 
 use crate::bang::Flavor;
+use crate::options;
 use crate::valid::{Ctor, Scope};
 
 /// The body with its braces (if it is a block) marked as coming from this
@@ -88,10 +89,69 @@ fn scope_value(rt: &TokenStream, scope: &Scope) -> TokenStream {
             let rt = rt_at(rt, e.span());
             quote_spanned!(e.span()=> #rt::__private::#f(&(#e)))
         }
+        Ctor::Options(values) => options_value(rt, scope.word.name, values, span),
+        Ctor::Distributed(args) => crate::distributed::expand(rt, args, span),
+        Ctor::Named(f, args) => {
+            let f = Ident::new(f, span);
+            quote_spanned!(span=> #rt::__private::#f(#(#args),*))
+        }
     };
     match &scope.cond {
         Some(cond) => quote_spanned!(span=> #rt::__private::when(#cond, #value)),
         None => value,
+    }
+}
+
+/// The scope value of a word with options (see `options.rs`).
+fn options_value(rt: &TokenStream, word: &str, v: &options::Values, span: Span) -> TokenStream {
+    let get = |spec: &options::Spec, name: &str| {
+        spec.params
+            .iter()
+            .position(|p| p.name == name)
+            .and_then(|i| v.get(i)?.clone())
+    };
+    // Unnamed scopes record under the place they were written.
+    let name = |spec: &options::Spec| match get(spec, "name") {
+        Some(n) => n.into_token_stream(),
+        None => {
+            quote_spanned!(span=> ::core::concat!(::core::module_path!(), ":", ::core::line!()))
+        }
+    };
+    match word {
+        "timed" => {
+            let spec = &options::TIMED;
+            let name = name(spec);
+            let sync = match get(spec, "sync") {
+                Some(flag) => quote_spanned!(span=> #rt::__private::sync_flag(#flag)),
+                None => quote_spanned!(span=> #rt::__private::SyncMode::Auto),
+            };
+            // One static call site per use: the registry finds its slot
+            // without hashing the name.
+            quote_spanned!(span=> #rt::__private::timed(
+                {
+                    static __TCH_SCOPE_SITE: #rt::__private::Site = #rt::__private::Site::new(#name);
+                    &__TCH_SCOPE_SITE
+                },
+                #sync,
+            ))
+        }
+        "memory_scope" => {
+            let name = name(&options::MEMORY);
+            quote_spanned!(span=> #rt::__private::memory_scope(#name))
+        }
+        "gpu_memory_scope" => {
+            let spec = &options::GPU_MEMORY;
+            let name = name(spec);
+            let device =
+                get(spec, "device").map_or_else(|| quote!(0usize), |d| d.into_token_stream());
+            let empty =
+                get(spec, "empty_cache").map_or_else(|| quote!(true), |e| e.into_token_stream());
+            quote_spanned!(span=> #rt::__private::gpu_memory_scope(#name, #device, #empty))
+        }
+        other => {
+            let msg = format!("tch-scope: no expansion for `{other}` (a bug: please report it)");
+            quote_spanned!(span=> ::core::compile_error!(#msg))
+        }
     }
 }
 

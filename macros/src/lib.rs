@@ -17,7 +17,10 @@ mod ast;
 mod attr;
 mod bang;
 mod body;
+mod custom;
+mod distributed;
 mod expand;
+mod options;
 mod valid;
 mod words;
 
@@ -88,6 +91,95 @@ pub fn train(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn with(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("with"), args.into(), item.into()).into()
+}
+
+/// Times every call and records it under the function's path (or the
+/// given name): `#[timed]`, `#[timed("fwd")]`, `#[timed(name = "fwd", sync)]`.
+#[proc_macro_attribute]
+pub fn timed(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("timed"), args.into(), item.into()).into()
+}
+
+/// Reports the process's resident memory across every call:
+/// `#[memory_scope]`, `#[memory_scope("load")]`.
+#[proc_macro_attribute]
+pub fn memory_scope(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("memory_scope"), args.into(), item.into()).into()
+}
+
+/// Reports the CUDA caching allocator's statistics across every call:
+/// `#[gpu_memory_scope(device = 0)]`, with `empty_cache = false` to keep the
+/// cache.
+#[proc_macro_attribute]
+pub fn gpu_memory_scope(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("gpu_memory_scope"), args.into(), item.into()).into()
+}
+
+/// Runs the function as a rank of a `torch.distributed` process group,
+/// joined on entry and destroyed on exit:
+/// `#[distributed(rank = r, world_size = n, master = "host:port")]` or
+/// `#[distributed(from_env)]` (torchrun), with optional `backend = gloo`
+/// and `timeout = duration`. Inside, `tch_scope::dist::current()` is the
+/// group.
+#[proc_macro_attribute]
+pub fn distributed(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("distributed"), args.into(), item.into()).into()
+}
+
+/// Runs every call with all default generators seeded with `n`, and puts
+/// their states back when the call returns: `#[seed(42)]`.
+#[proc_macro_attribute]
+pub fn seed(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("seed"), args.into(), item.into()).into()
+}
+
+/// Saves the default generators' states before every call and puts them
+/// back when it returns, like `torch.random.fork_rng()`: `#[fork_rng]`.
+#[proc_macro_attribute]
+pub fn fork_rng(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("fork_rng"), args.into(), item.into()).into()
+}
+
+/// Runs the function in mixed precision, like `torch.autocast`:
+/// `#[autocast(cpu, bf16)]`, `#[autocast(cuda, f16)]`, `#[autocast(cuda, bf16)]`.
+#[proc_macro_attribute]
+pub fn autocast(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("autocast"), args.into(), item.into()).into()
+}
+
+/// Profiles every call and writes a Chrome/Perfetto trace when it returns:
+/// `#[profile("trace.json")]`.
+#[proc_macro_attribute]
+pub fn profile(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("profile"), args.into(), item.into()).into()
+}
+
+/// Marks every call as a named profiler range, like
+/// `torch.profiler.record_function`: `#[record("forward")]`.
+#[proc_macro_attribute]
+pub fn record(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("record"), args.into(), item.into()).into()
+}
+
+/// Saves a `tch::nn::VarStore` crash-safely when every call returns (or
+/// panics): `#[checkpoint(vs, "model.ot")]`, with `resume` to load it first.
+#[proc_macro_attribute]
+pub fn checkpoint(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("checkpoint"), args.into(), item.into()).into()
+}
+
+/// Runs the function with autograd anomaly detection on (process-wide):
+/// `#[detect_anomaly]`, `#[detect_anomaly(check_nan = false)]`.
+#[proc_macro_attribute]
+pub fn detect_anomaly(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("detect_anomaly"), args.into(), item.into()).into()
+}
+
+/// Runs the function with deterministic algorithms (process-wide):
+/// `#[deterministic]`, `#[deterministic(warn_only)]`.
+#[proc_macro_attribute]
+pub fn deterministic(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("deterministic"), args.into(), item.into()).into()
 }
 
 /// Runs the function inside a list of scopes, outermost first:

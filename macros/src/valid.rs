@@ -7,6 +7,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprUnary, Lit, UnOp};
 
 use crate::ast::{Arg, Args, Item};
+use crate::options;
 use crate::words::{self, Shape, Word};
 
 /// Collects errors so they can be reported together.
@@ -68,6 +69,12 @@ pub(crate) enum Ctor {
     With(Expr),
     /// `__private::<word>(&(model))`.
     Model(Expr),
+    /// One value per argument of the word's `options::Spec`, in spec order.
+    Options(options::Values),
+    /// `distributed(..)`, checked by `distributed.rs`.
+    Distributed(Box<crate::distributed::Args>),
+    /// `__private::<function>(args..)`, from a `custom.rs` checker.
+    Named(&'static str, Vec<Expr>),
 }
 
 pub(crate) fn validate(items: Vec<Item>, errors: &mut Errors) -> Vec<Scope> {
@@ -103,17 +110,15 @@ pub(crate) fn validate(items: Vec<Item>, errors: &mut Errors) -> Vec<Scope> {
 
 fn unknown(item: &Item) -> syn::Error {
     let name = item.name.to_string();
-    let hint = match words::suggest(&name) {
-        Some(known) => format!("did you mean `{known}`? "),
-        None => String::new(),
-    };
-    syn::Error::new(
-        item.name.span(),
-        format!(
-            "unknown scope word `{name}`; {hint}known words: {}",
+    // A likely typo gets the one fix; otherwise the whole (short) list.
+    let message = match words::suggest(&name) {
+        Some(known) => format!("unknown scope word `{name}`; did you mean `{known}`?"),
+        None => format!(
+            "unknown scope word `{name}`; known words: {}",
             words::known_list()
         ),
-    )
+    };
+    syn::Error::new(item.name.span(), message)
 }
 
 /// A word already in the list, and what it acts on.
@@ -159,9 +164,25 @@ fn conflict(here: &Seen, seen: &[Seen], item: &Item) -> Option<syn::Error> {
 }
 
 fn ctor(word: &Word, item: &Item) -> syn::Result<Ctor> {
+    if let Shape::Options(spec) = word.shape {
+        return Ok(Ctor::Options(options::values(word.name, spec, item)?));
+    }
+    if word.shape == Shape::Distributed {
+        return Ok(Ctor::Distributed(Box::new(crate::distributed::check(
+            item,
+        )?)));
+    }
+    if let Shape::Custom(custom) = word.shape {
+        return (custom.check)(item);
+    }
     let mut exprs = positional(word, item)?;
     Ok(match word.shape {
-        Shape::Bare | Shape::Exprs(_) => Ctor::Call(exprs),
+        // (`Options` words returned above.)
+        Shape::Bare
+        | Shape::Exprs(_)
+        | Shape::Options(_)
+        | Shape::Distributed
+        | Shape::Custom(_) => Ctor::Call(exprs),
         Shape::Device => device(exprs.remove(0))?,
         Shape::Scope => Ctor::With(exprs.remove(0)),
         Shape::Model => Ctor::Model(exprs.remove(0)),

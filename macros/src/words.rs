@@ -5,6 +5,8 @@
 //! compile-time checks or constructor gets a [`Shape`] and an arm in
 //! `valid.rs` / `expand.rs`.
 
+use crate::options::{self, Spec};
+
 /// What a word accepts between its parentheses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Shape {
@@ -18,11 +20,19 @@ pub(crate) enum Shape {
     Device,
     /// `with(..)`: any value implementing `Scope`, type-checked by rustc.
     Scope,
+    /// Optional, named and flag arguments described by a [`Spec`]; each
+    /// such word has its own arm in `expand.rs`.
+    Options(&'static Spec),
     /// `eval(model)`: a model implementing `Trainable`, borrowed: expands to
     /// `__private::<name>(&(model))`. Words of one group contradict each
     /// other only on the same model (the same tokens): `train(gen),
     /// eval(disc)` is fine, `train(m), eval(m)` is not.
     Model,
+    /// `distributed(..)`: named arguments checked in `distributed.rs`.
+    Distributed,
+    /// Arguments checked by the word's own function in `custom.rs`
+    /// (`autocast(cpu, bf16)`, `checkpoint(vs, "p", resume)`, …).
+    Custom(&'static crate::custom::Custom),
 }
 
 /// One scope word.
@@ -75,7 +85,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Device,
         group: None,
         repeat: false,
-        doc: "default device",
+        doc: "current device",
     },
     Word {
         name: "eval",
@@ -98,6 +108,90 @@ pub(crate) const WORDS: &[Word] = &[
         repeat: true,
         doc: "any `Scope` value",
     },
+    Word {
+        name: "timed",
+        shape: Shape::Options(&options::TIMED),
+        group: None,
+        repeat: false,
+        doc: "wall time",
+    },
+    Word {
+        name: "memory_scope",
+        shape: Shape::Options(&options::MEMORY),
+        group: None,
+        repeat: false,
+        doc: "process memory",
+    },
+    Word {
+        name: "gpu_memory_scope",
+        shape: Shape::Options(&options::GPU_MEMORY),
+        group: None,
+        repeat: false,
+        doc: "CUDA memory",
+    },
+    Word {
+        name: "distributed",
+        shape: Shape::Distributed,
+        group: None,
+        repeat: false,
+        doc: "a torch.distributed process group",
+    },
+    Word {
+        name: "seed",
+        shape: Shape::Exprs(&["n"]),
+        group: None,
+        repeat: false,
+        doc: "RNG seeded, restored on exit",
+    },
+    Word {
+        name: "fork_rng",
+        shape: Shape::Bare,
+        group: None,
+        repeat: false,
+        doc: "RNG state restored on exit",
+    },
+    Word {
+        name: "autocast",
+        shape: Shape::Custom(&crate::custom::AUTOCAST),
+        group: None,
+        repeat: true,
+        doc: "mixed precision",
+    },
+    Word {
+        name: "profile",
+        shape: Shape::Exprs(&["path"]),
+        group: None,
+        repeat: false,
+        doc: "profiler trace written on exit",
+    },
+    Word {
+        name: "record",
+        shape: Shape::Exprs(&["name"]),
+        group: None,
+        repeat: true,
+        doc: "named profiler range",
+    },
+    Word {
+        name: "checkpoint",
+        shape: Shape::Custom(&crate::custom::CHECKPOINT),
+        group: None,
+        repeat: false,
+        doc: "VarStore saved on exit",
+    },
+    Word {
+        name: "detect_anomaly",
+        shape: Shape::Custom(&crate::custom::DETECT_ANOMALY),
+        group: None,
+        repeat: false,
+        doc: "autograd anomaly detection",
+    },
+    Word {
+        name: "deterministic",
+        shape: Shape::Custom(&crate::custom::DETERMINISTIC),
+        group: None,
+        repeat: false,
+        doc: "deterministic algorithms",
+    },
 ];
 
 impl Word {
@@ -109,6 +203,9 @@ impl Word {
             Shape::Device => &["device"],
             Shape::Scope => &["scope"],
             Shape::Model => &["model"],
+            Shape::Options(_) => &[],
+            Shape::Distributed => &[],
+            Shape::Custom(custom) => custom.params,
         }
     }
 
@@ -117,6 +214,9 @@ impl Word {
         match self.shape {
             Shape::Bare => self.name.to_owned(),
             Shape::Device => "device(0)".to_owned(),
+            Shape::Options(spec) => spec.usage.to_owned(),
+            Shape::Distributed => "distributed(from_env)".to_owned(),
+            Shape::Custom(custom) => custom.usage.to_owned(),
             _ => format!("{}({})", self.name, self.params().join(", ")),
         }
     }

@@ -68,3 +68,12 @@ int32_t tch_scope_built_with_cuda(void);
 #ifdef __cplusplus
 }
 #endif
+
+// CUDA memory statistics and synchronisation (memory.cpp).
+#include "memory.h"
+
+// RNG, autocast, profiler, anomaly and determinism scopes (context.h).
+#include "context.h"
+
+// c10d process groups for the `distributed` scope (distributed.cpp).
+#include "distributed.h"

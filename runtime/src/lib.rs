@@ -41,6 +41,19 @@
 //! | `eval(model)` | `was = model.training; model.eval()` … `model.train(was)` | [`Mode`] |
 //! | `train(model)` | `was = model.training; model.train()` … `model.train(was)` | [`Mode`] |
 //! | `with(expr)` | `with expr:` | any [`Scope`] |
+//! | `seed(n)` | `fork_rng()` + `torch.manual_seed(n)` | [`Seed`] |
+//! | `fork_rng` | `torch.random.fork_rng()` | [`ForkRng`] |
+//! | `autocast(cpu, bf16)`, `autocast(cuda, f16)` | `torch.autocast("cuda", torch.float16)` | [`Autocast`] |
+//! | `profile("trace.json")` | `torch.profiler.profile()` + `export_chrome_trace` | [`Profile`] |
+//! | `record("name")` | `torch.profiler.record_function("name")` | [`Record`] |
+//! | `checkpoint(vs, "model.ot", resume)` | save on exit (try/finally) | [`Checkpoint`] |
+//! | `detect_anomaly`, `detect_anomaly(check_nan = false)` | `torch.autograd.detect_anomaly()` | [`DetectAnomaly`] |
+//! | `deterministic`, `deterministic(warn_only)` | `torch.use_deterministic_algorithms(True)` | [`Deterministic`] |
+//!
+//! `seed`, `fork_rng`, `detect_anomaly` and `deterministic` change
+//! process-wide libtorch state (every thread sees it); [`ScopeStack`] enters
+//! scopes chosen at run time, like `contextlib.ExitStack`.
+//! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
 //!
 //! `eval(model)` and `train(model)` take any [`Trainable`] model — a
 //! [`tch::CModule`], a `tch::nn` module wrapped in [`WithMode`], or your own
@@ -70,10 +83,26 @@ mod error;
 mod ffi;
 mod future;
 mod grad;
+mod memory;
+pub mod report;
 mod scope;
+mod timer;
 mod tls;
 mod train;
 mod with_mode;
+// PyTorch's other context managers (issue 7).
+mod anomaly;
+mod atomic;
+mod autocast;
+mod checkpoint;
+mod deterministic;
+mod private_ctx;
+mod profile;
+mod rng;
+mod stack;
+
+#[path = "distributed/mod.rs"]
+pub mod dist;
 
 #[doc(hidden)]
 #[path = "private.rs"]
@@ -89,12 +118,30 @@ pub use grad::{
     EnableGrad, Grad, GradGuard, InferenceMode, InferenceModeGuard, NoGrad, is_grad_enabled,
     is_inference_mode_enabled,
 };
+pub use memory::{
+    GpuMemory, GpuMemoryGuard, HostMemory, HostMemoryGuard, MemoryReport, last_memory_report,
+};
+pub use report::report;
 pub use scope::{Chain, ChainGuard, End, Scope, When};
+pub use timer::{SyncMode, Timed, TimedGuard};
 pub use train::{Mode, ModeGuard, Trainable};
 pub use with_mode::WithMode;
 
+pub use anomaly::{AnomalyGuard, DetectAnomaly, anomaly_mode};
+pub use autocast::{Autocast, AutocastDevice, AutocastGuard, autocast_dtype};
+pub use checkpoint::{Checkpoint, CheckpointGuard, Metrics, log_metric, metrics};
+pub use deterministic::{Deterministic, DeterministicGuard, deterministic_mode};
+pub use profile::{Profile, ProfileGuard, Record, RecordGuard};
+pub use rng::{ForkRng, RngGuard, Seed};
+pub use stack::ScopeStack;
+
+pub use tch_scope_macros::distributed;
 pub use tch_scope_macros::scoped as scope;
+pub use tch_scope_macros::{
+    autocast, checkpoint, detect_anomaly, deterministic, fork_rng, profile, record, seed,
+};
 pub use tch_scope_macros::{device, enable_grad, eval, grad, inference_mode, no_grad, train, with};
+pub use tch_scope_macros::{gpu_memory_scope, memory_scope, timed};
 
 /// Runs a block inside a list of scopes: `scoped!(SCOPES => BODY)`.
 ///

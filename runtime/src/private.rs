@@ -3,6 +3,9 @@
 
 pub use tch_scope_macros::{scoped_impl, try_scoped_impl};
 
+pub use crate::private_ctx::*;
+
+pub use crate::dist::{Backend as DistBackend, Distributed};
 pub use crate::{Chain, End, Scope, ScopeError, Scoped};
 use crate::{
     EnableGrad, Grad, InferenceMode, IntoScopeDevice, Mode, NoGrad, OnDevice, Trainable, When,
@@ -93,4 +96,31 @@ pub fn enter_or_panic<S: Scope>(mut scope: S) -> S::Guard {
 #[track_caller]
 pub fn panic_scope_error(e: ScopeError) -> ! {
     panic!("{e}")
+}
+
+pub use crate::SyncMode;
+pub use crate::report::Site;
+
+#[inline(always)]
+pub fn timed(site: &'static Site, sync: SyncMode) -> crate::Timed {
+    crate::Timed::at(site).sync(sync)
+}
+
+#[inline(always)]
+pub fn sync_flag(on: bool) -> SyncMode {
+    if on {
+        SyncMode::Always
+    } else {
+        SyncMode::Never
+    }
+}
+
+#[inline(always)]
+pub fn memory_scope(name: &'static str) -> crate::HostMemory {
+    crate::HostMemory::new(name)
+}
+
+#[inline(always)]
+pub fn gpu_memory_scope(name: &'static str, device: usize, empty_cache: bool) -> crate::GpuMemory {
+    crate::GpuMemory::new(name, device).empty_cache(empty_cache)
 }

@@ -1,0 +1,60 @@
+// C ABI of the shim's process-wide and thread-local context scopes: RNG
+// state (rng.cpp), autocast (autocast.cpp), the profiler and named ranges
+// (profile.cpp), anomaly detection and deterministic algorithms
+// (global_modes.cpp). Included by shim.h; calls returning a status catch
+// every C++ exception (0 = ok, message in tch_scope_last_error()).
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- RNG (rng.cpp) -------------------------------------------------------
+// Copies the state of the default CPU generator and of every CUDA device's
+// default generator (when CUDA is the accelerator) into a heap object;
+// `*state` gets it. Restore with tch_scope_rng_restore, free with
+// tch_scope_rng_free.
+int32_t tch_scope_rng_save(void** state);
+int32_t tch_scope_rng_restore(const void* state);
+void tch_scope_rng_free(void* state);
+// torch.manual_seed(seed): the CPU generator and every CUDA device's.
+int32_t tch_scope_rng_seed(uint64_t seed);
+
+// ---- autocast (autocast.cpp), per thread --------------------------------
+// `device_type` is a c10::DeviceType (0 = CPU, 1 = CUDA), `dtype` a
+// c10::ScalarType (5 = Half, 15 = BFloat16).
+typedef struct {
+  bool enabled;
+  int8_t dtype;
+  bool cache_enabled;
+} tch_scope_autocast_saved;
+// torch.autocast.__enter__: saves the previous flag, dtype and cache flag.
+int32_t tch_scope_autocast_enter(int8_t device_type, int8_t dtype, bool enabled,
+                                 tch_scope_autocast_saved* saved);
+// torch.autocast.__exit__: clears the cast cache when leaving the outermost
+// autocast, then puts back what enter saved.
+int32_t tch_scope_autocast_exit(int8_t device_type, const tch_scope_autocast_saved* saved);
+int32_t tch_scope_autocast_get(int8_t device_type, bool* enabled, int8_t* dtype);
+
+// ---- profiler (profile.cpp), per thread ---------------------------------
+// Kineto profiler on for this thread (CPU activities, plus CUDA if `cuda`).
+int32_t tch_scope_profile_start(bool cuda);
+// Stops it and writes a Chrome trace (JSON) to `path`.
+int32_t tch_scope_profile_stop(const char* path);
+// A user-scope at::RecordFunction named `name` (plus an NVTX range when
+// libtorch_cuda is loaded); `*range` gets it, end it with
+// tch_scope_record_end on the same thread.
+int32_t tch_scope_record_begin(const char* name, void** range);
+void tch_scope_record_end(void* range);
+
+// ---- process-wide modes (global_modes.cpp) ------------------------------
+void tch_scope_anomaly_get(bool* enabled, bool* check_nan);
+void tch_scope_anomaly_set(bool enabled, bool check_nan);
+void tch_scope_deterministic_get(bool* enabled, bool* warn_only);
+int32_t tch_scope_deterministic_set(bool enabled, bool warn_only);
+
+#ifdef __cplusplus
+}
+#endif

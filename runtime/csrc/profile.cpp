@@ -1,0 +1,80 @@
+// The Kineto profiler (what torch.profiler.profile drives) and user-scope
+// ranges (torch.profiler.record_function). profiler_kineto.h compiles from
+// the wheel's headers alone; ProfilerResult's destructor is out of line, so
+// holding one needs no USE_KINETO.
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/csrc/profiler/stubs/base.h>
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "common.h"
+#include "context.h"
+
+namespace prof = torch::autograd::profiler;
+using torch::profiler::impl::ActivityType;
+using torch::profiler::impl::ProfilerConfig;
+using torch::profiler::impl::ProfilerState;
+
+namespace {
+
+// The name lives beside the RecordFunction for the whole range.
+struct Range {
+  std::string name;
+  at::RecordFunction fn{at::RecordScope::USER_SCOPE};
+  bool nvtx = false;
+};
+
+// The CUDA profiler stubs are registered by libtorch_cuda; the default ones
+// report "not enabled" and throw on use.
+const torch::profiler::impl::ProfilerStubs* nvtx() {
+  auto* stubs = torch::profiler::impl::cudaStubs();
+  return stubs && stubs->enabled() ? stubs : nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+int32_t tch_scope_profile_start(bool cuda) {
+  return tch_scope::guarded([&] {
+    ProfilerConfig config(ProfilerState::KINETO);
+    std::set<ActivityType> activities{ActivityType::CPU};
+    if (cuda) activities.insert(ActivityType::CUDA);
+    prof::prepareProfiler(config, activities);
+    prof::enableProfiler(config, activities);
+  });
+}
+
+int32_t tch_scope_profile_stop(const char* path) {
+  return tch_scope::guarded([&] {
+    auto result = prof::disableProfiler();
+    if (!result) throw std::runtime_error("the profiler returned no result");
+    result->save(path);
+  });
+}
+
+int32_t tch_scope_record_begin(const char* name, void** range) {
+  return tch_scope::guarded([&] {
+    auto r = std::make_unique<Range>();
+    r->name = name;
+    if (r->fn.isActive()) r->fn.before(std::string_view(r->name));
+    if (auto* stubs = nvtx()) {
+      stubs->rangePush(r->name.c_str());
+      r->nvtx = true;
+    }
+    *range = r.release();
+  });
+}
+
+void tch_scope_record_end(void* range) {
+  auto* r = static_cast<Range*>(range);
+  if (r->nvtx) {
+    try { nvtx()->rangePop(); } catch (...) {}
+  }
+  delete r;  // ~RecordFunction ends the range
+}
+
+}  // extern "C"

@@ -1,0 +1,174 @@
+//! `profile("trace.json")` and `record("name")`: `torch.profiler.profile`
+//! writing a Chrome trace, and `torch.profiler.record_function`.
+//!
+//! `profile` runs libtorch's Kineto profiler — what `torch.profiler` drives
+//! — for this thread (CPU activities, plus CUDA kernels when a GPU is
+//! present) and writes the trace on exit, atomically: to a temporary file
+//! in the same folder, renamed over the destination, so a trace is never
+//! half-written. Open it in Perfetto (<https://ui.perfetto.dev>) or
+//! `chrome://tracing`. Kineto keeps one session per process: a `profile`
+//! entered while another is open (on any thread) fails to enter with a
+//! [`ScopeError`] rather than cancelling the running one.
+//!
+//! `record` marks a named range, an `at::RecordFunction` of the user scope
+//! (`RECORD_USER_SCOPE`): it shows up in the trace of an enclosing
+//! `profile`, and costs next to nothing without one. With a CUDA libtorch
+//! it also pushes an NVTX range (for Nsight Systems), through libtorch's
+//! profiler stubs, so no CUDA header is needed.
+
+use std::ffi::{CString, c_char, c_void};
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::atomic::{self, warn};
+use crate::{Scope, ScopeError, ffi};
+
+unsafe extern "C" {
+    fn tch_scope_profile_start(cuda: bool) -> ffi::Status;
+    fn tch_scope_profile_stop(path: *const c_char) -> ffi::Status;
+    fn tch_scope_record_begin(name: *const c_char, range: *mut *mut c_void) -> ffi::Status;
+    fn tch_scope_record_end(range: *mut c_void);
+}
+
+/// Whether a `profile` scope is open in this process: preparing a second
+/// Kineto session would cancel the first and leave it with no trace.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// Profiles the scope into a Chrome/Perfetto trace at `path`.
+///
+/// ```
+/// use tch::{Device, Kind, Tensor};
+/// use tch_scope::{Profile, Scope};
+/// let path = std::env::temp_dir().join(format!("doc-trace-{}.json", std::process::id()));
+/// let guard = Profile::new(&path).enter().unwrap();
+/// let a = Tensor::ones([8, 8], (Kind::Float, Device::Cpu));
+/// let _ = a.matmul(&a);
+/// drop(guard); // writes the trace
+/// let trace = std::fs::read_to_string(&path).unwrap();
+/// assert!(trace.contains("aten::matmul"));
+/// # std::fs::remove_file(&path).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct Profile {
+    path: PathBuf,
+}
+
+impl Profile {
+    /// A profile written to `path` when the scope ends.
+    ///
+    /// ```
+    /// let _ = tch_scope::Profile::new("trace.json");
+    /// ```
+    pub fn new(path: impl AsRef<Path>) -> Self {
+        Self {
+            path: path.as_ref().to_path_buf(),
+        }
+    }
+}
+
+/// Stops the profiler and writes the trace. A failure to write is reported
+/// on stderr (a guard's drop cannot return it).
+#[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
+#[derive(Debug)]
+pub struct ProfileGuard {
+    path: PathBuf,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Scope for Profile {
+    type Guard = ProfileGuard;
+
+    fn enter(&mut self) -> Result<ProfileGuard, ScopeError> {
+        let fail = |e: String| ScopeError::new(format!("profile({:?})", self.path), None, e);
+        // The trace path is checked now, not after a long run.
+        CString::new(atomic::temp_path(&self.path).as_os_str().as_encoded_bytes())
+            .map_err(|_| fail("the path contains a NUL byte".into()))?;
+        if ACTIVE.swap(true, Ordering::AcqRel) {
+            return Err(fail(
+                "a profile scope is already open (libtorch profiles one session per process)"
+                    .into(),
+            ));
+        }
+        let cuda = crate::cuda_device_count() > 0;
+        // SAFETY: plain value; exceptions caught by the shim.
+        if let Err(e) = ffi::check(unsafe { tch_scope_profile_start(cuda) }) {
+            ACTIVE.store(false, Ordering::Release);
+            return Err(fail(e));
+        }
+        Ok(ProfileGuard {
+            path: self.path.clone(),
+            _not_send: PhantomData,
+        })
+    }
+}
+
+impl Drop for ProfileGuard {
+    fn drop(&mut self) {
+        let written = atomic::replace(&self.path, |tmp| {
+            let tmp = CString::new(tmp.as_os_str().as_encoded_bytes())
+                .map_err(|_| "the path contains a NUL byte".to_owned())?;
+            // SAFETY: a NUL-terminated path; same thread as entry (!Send).
+            ffi::check(unsafe { tch_scope_profile_stop(tmp.as_ptr()) })
+        });
+        ACTIVE.store(false, Ordering::Release);
+        if let Err(e) = written {
+            warn(format_args!(
+                "could not write the profile {}: {e}",
+                self.path.display()
+            ));
+        }
+    }
+}
+
+/// A named range (`torch.profiler.record_function(name)`).
+///
+/// ```
+/// use tch_scope::{Record, Scope};
+/// let range = Record::new("data loading").enter().unwrap();
+/// drop(range);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Record {
+    name: String,
+}
+
+impl Record {
+    /// A range named `name`.
+    ///
+    /// ```
+    /// let _ = tch_scope::Record::new("forward");
+    /// ```
+    pub fn new(name: impl Into<String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+
+/// Ends the range.
+#[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
+#[derive(Debug)]
+pub struct RecordGuard {
+    range: *mut c_void,
+}
+
+impl Scope for Record {
+    type Guard = RecordGuard;
+
+    fn enter(&mut self) -> Result<RecordGuard, ScopeError> {
+        let fail = |e: String| ScopeError::new(format!("record({:?})", self.name), None, e);
+        let name = CString::new(self.name.as_str())
+            .map_err(|_| fail("the name contains a NUL byte".into()))?;
+        let mut range = std::ptr::null_mut();
+        // SAFETY: a NUL-terminated name the shim copies; writable out-param.
+        ffi::check(unsafe { tch_scope_record_begin(name.as_ptr(), &mut range) }).map_err(fail)?;
+        Ok(RecordGuard { range })
+    }
+}
+
+impl Drop for RecordGuard {
+    fn drop(&mut self) {
+        // SAFETY: from tch_scope_record_begin, ended once, on this thread
+        // (the raw pointer makes the guard !Send).
+        unsafe { tch_scope_record_end(self.range) };
+    }
+}

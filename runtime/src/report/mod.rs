@@ -1,0 +1,279 @@
+//! Where `timed` and the memory scopes send their measurements.
+//!
+//! Every measurement goes to (a) a process-wide registry, read with
+//! [`report()`] as a table (`Display`) or as data (`serde::Serialize`);
+//! (b) a `tracing` event (target `tch_scope`) when the `tracing` feature is
+//! on; (c) the callback set with [`set_callback`], if any. Nothing prints by
+//! default.
+
+mod histogram;
+mod registry;
+mod table;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use serde::Serialize;
+
+pub use registry::Site;
+pub(crate) use registry::{lock, record_time};
+
+use crate::memory::MemoryReport;
+
+/// How the body of a scope ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// It returned (by any path but a panic).
+    Completed,
+    /// It panicked; the measurement covers the time until the unwind left
+    /// the scope.
+    Panicked,
+}
+
+impl Outcome {
+    pub(crate) fn now() -> Self {
+        if std::thread::panicking() {
+            Outcome::Panicked
+        } else {
+            Outcome::Completed
+        }
+    }
+}
+
+/// One measurement, as handed to the callback.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Measurement {
+    /// A `timed` scope ended.
+    Time {
+        /// The scope's name.
+        name: &'static str,
+        /// Wall time of the body (device time when synchronised).
+        elapsed: Duration,
+        /// Whether the device was synchronised at entry and exit.
+        synced: bool,
+        /// How the body ended.
+        outcome: Outcome,
+    },
+    /// A `gpu_memory_scope` or `memory_scope` ended.
+    Memory(MemoryReport),
+}
+
+type Callback = Arc<dyn Fn(&Measurement) + Send + Sync>;
+
+static HAS_CALLBACK: AtomicBool = AtomicBool::new(false);
+static CALLBACK: RwLock<Option<Callback>> = RwLock::new(None);
+
+/// Calls `f` with every measurement from now on, on the thread that made it
+/// (replacing any earlier callback). A panic in `f` is caught and dropped:
+/// measurements are taken in `Drop`, where a second panic would abort.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// static SEEN: AtomicU32 = AtomicU32::new(0);
+/// tch_scope::report::set_callback(|m| {
+///     if let tch_scope::report::Measurement::Time { name: "doc_cb", .. } = m {
+///         SEEN.fetch_add(1, Ordering::Relaxed);
+///     }
+/// });
+/// tch_scope::scoped!(timed("doc_cb") => ());
+/// assert_eq!(SEEN.load(Ordering::Relaxed), 1);
+/// tch_scope::report::clear_callback();
+/// ```
+pub fn set_callback(f: impl Fn(&Measurement) + Send + Sync + 'static) {
+    *CALLBACK.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(f));
+    HAS_CALLBACK.store(true, Ordering::Release);
+}
+
+/// Removes the callback.
+///
+/// ```
+/// tch_scope::report::clear_callback();
+/// ```
+pub fn clear_callback() {
+    HAS_CALLBACK.store(false, Ordering::Release);
+    *CALLBACK.write().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+/// Hands `m` to tracing and the callback (registry updates are the
+/// caller's, since time and memory are kept differently).
+pub(crate) fn publish(m: impl FnOnce() -> Measurement) {
+    let tracing_on = cfg!(feature = "tracing");
+    if !tracing_on && !HAS_CALLBACK.load(Ordering::Acquire) {
+        return;
+    }
+    let m = m();
+    #[cfg(feature = "tracing")]
+    trace(&m);
+    let cb = CALLBACK.read().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(cb) = cb {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(&m)));
+    }
+}
+
+#[cfg(feature = "tracing")]
+fn trace(m: &Measurement) {
+    match m {
+        Measurement::Time {
+            name,
+            elapsed,
+            synced,
+            outcome,
+        } => tracing::info!(
+            target: "tch_scope",
+            name = *name,
+            elapsed_ns = elapsed.as_nanos() as u64,
+            synced = *synced,
+            outcome = ?outcome,
+            "timed"
+        ),
+        Measurement::Memory(r) => tracing::info!(
+            target: "tch_scope",
+            name = r.name,
+            device = %r.device,
+            at_entry = r.at_entry,
+            at_exit = r.at_exit,
+            peak = r.peak,
+            reserved = ?r.reserved,
+            outcome = ?r.outcome,
+            "memory"
+        ),
+    }
+}
+
+/// Totals of one `timed` name across all threads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TimingSummary {
+    /// The scope's name.
+    pub name: String,
+    /// How many times it ran.
+    pub count: u64,
+    /// How many of those ended in a panic.
+    pub panicked: u64,
+    /// Sum of all durations.
+    pub total: Duration,
+    /// `total / count`.
+    pub mean: Duration,
+    /// Shortest.
+    pub min: Duration,
+    /// Longest.
+    pub max: Duration,
+    /// Median, from a streaming histogram (within ≈3 %).
+    pub p50: Duration,
+    /// 95th percentile, from the same histogram.
+    pub p95: Duration,
+}
+
+/// Totals of one memory-scope name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemorySummary {
+    /// The scope's name.
+    pub name: String,
+    /// How many times it ran.
+    pub count: u64,
+    /// The largest peak growth (peak − at entry) of any run, in bytes.
+    pub max_peak_growth: u64,
+    /// The most recent run.
+    pub last: MemoryReport,
+}
+
+/// Everything recorded so far: [`report()`]. Prints as a table.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// One row per `timed` name, sorted by name.
+    pub timings: Vec<TimingSummary>,
+    /// One row per memory-scope name, sorted by name.
+    pub memory: Vec<MemorySummary>,
+}
+
+impl Report {
+    /// The timing row for `name`, if it ran.
+    ///
+    /// ```
+    /// tch_scope::scoped!(timed("doc_report_timing") => ());
+    /// let r = tch_scope::report();
+    /// assert_eq!(r.timing("doc_report_timing").unwrap().count, 1);
+    /// ```
+    pub fn timing(&self, name: &str) -> Option<&TimingSummary> {
+        self.timings.iter().find(|t| t.name == name)
+    }
+
+    /// The memory row for `name`, if it ran.
+    ///
+    /// ```
+    /// tch_scope::scoped!(memory_scope("doc_report_memory") => ());
+    /// assert!(tch_scope::report().memory("doc_report_memory").is_some());
+    /// ```
+    pub fn memory(&self, name: &str) -> Option<&MemorySummary> {
+        self.memory.iter().find(|m| m.name == name)
+    }
+}
+
+static MEMORY: Mutex<Vec<MemorySummary>> = Mutex::new(Vec::new());
+
+pub(crate) fn record_memory(r: &MemoryReport) {
+    let mut all = lock(&MEMORY);
+    let growth = r.peak_growth();
+    match all.iter_mut().find(|m| m.name == r.name) {
+        Some(m) => {
+            m.count += 1;
+            m.max_peak_growth = m.max_peak_growth.max(growth);
+            m.last = r.clone();
+        }
+        None => all.push(MemorySummary {
+            name: r.name.to_owned(),
+            count: 1,
+            max_peak_growth: growth,
+            last: r.clone(),
+        }),
+    }
+}
+
+/// Everything recorded so far, across all threads.
+///
+/// ```
+/// tch_scope::scoped!(timed("doc_report") => std::thread::sleep(std::time::Duration::from_millis(1)));
+/// let r = tch_scope::report();
+/// let t = r.timing("doc_report").unwrap();
+/// assert!(t.min >= std::time::Duration::from_millis(1));
+/// println!("{r}"); // a table
+/// ```
+pub fn report() -> Report {
+    let timings =
+        registry::time_totals()
+            .into_iter()
+            .map(|(name, s)| {
+                let ns = |n: u64| Duration::from_nanos(n);
+                let q = |p: f64| ns(s.hist.quantile(p).unwrap_or(0).clamp(s.min_ns, s.max_ns));
+                let total = Duration::from_nanos(u64::try_from(s.total_ns).unwrap_or(u64::MAX));
+                TimingSummary {
+                    name: name.to_owned(),
+                    count: s.count,
+                    panicked: s.panicked,
+                    total,
+                    mean: ns(
+                        u64::try_from(s.total_ns / u128::from(s.count.max(1))).unwrap_or(u64::MAX)
+                    ),
+                    min: ns(s.min_ns),
+                    max: ns(s.max_ns),
+                    p50: q(0.5),
+                    p95: q(0.95),
+                }
+            })
+            .collect();
+    let mut memory = lock(&MEMORY).clone();
+    memory.sort_by(|a, b| a.name.cmp(&b.name));
+    Report { timings, memory }
+}
+
+/// Forgets everything recorded so far.
+///
+/// ```
+/// tch_scope::report::reset();
+/// ```
+pub fn reset() {
+    registry::clear_times();
+    lock(&MEMORY).clear();
+}

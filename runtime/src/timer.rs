@@ -1,0 +1,165 @@
+//! `timed`: wall time of a scope, recorded per name (see [`crate::report`]).
+//!
+//! CUDA kernels run asynchronously: without a synchronisation a timer
+//! measures kernel *launches*. With `sync`, and by default whenever the
+//! thread's current device ([`crate::current_device`]) is a CUDA device, the
+//! timer synchronises that device at entry (so earlier work is not billed
+//! to the scope) and at exit (so the scope's own kernels are). We chose
+//! `synchronize` over CUDA events: events would time only the stream they
+//! were recorded on and need the CUDA runtime headers; a device-wide
+//! synchronize is what `torch.cuda.synchronize()`-based Python timers do.
+//! On the CPU the two calls are skipped.
+
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+use tch::Device;
+
+use crate::memory::cuda;
+use crate::report::{self, Measurement, Outcome, Site};
+use crate::{Scope, ScopeError};
+
+/// When a [`Timed`] scope synchronises the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncMode {
+    /// When the thread's current device is CUDA (the default).
+    Auto,
+    /// Always: the current device if CUDA, else the current CUDA device;
+    /// nothing on a machine without CUDA.
+    Always,
+    /// Never: measures launches on CUDA.
+    Never,
+}
+
+/// The `timed` scope.
+///
+/// ```
+/// use tch_scope::{Scope, Timed};
+/// let guard = Timed::new("doc_timed").enter().unwrap();
+/// std::thread::sleep(std::time::Duration::from_millis(2));
+/// drop(guard);
+/// let t = tch_scope::report().timing("doc_timed").cloned().unwrap();
+/// assert_eq!(t.count, 1);
+/// assert!(t.total >= std::time::Duration::from_millis(2));
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Timed {
+    site: &'static Site,
+    sync: SyncMode,
+}
+
+impl Timed {
+    /// Times under `name` (looked up at run time; the macros use a static
+    /// [`Site`] per use instead).
+    ///
+    /// ```
+    /// let _ = tch_scope::Timed::new("step");
+    /// ```
+    pub fn new(name: &'static str) -> Self {
+        Self::at(Site::named(name))
+    }
+
+    /// Times under `site`.
+    ///
+    /// ```
+    /// static SITE: tch_scope::report::Site = tch_scope::report::Site::new("fwd");
+    /// let _ = tch_scope::Timed::at(&SITE);
+    /// ```
+    pub fn at(site: &'static Site) -> Self {
+        Self {
+            site,
+            sync: SyncMode::Auto,
+        }
+    }
+
+    /// Sets when to synchronise.
+    ///
+    /// ```
+    /// let _ = tch_scope::Timed::new("fwd").sync(tch_scope::SyncMode::Always);
+    /// ```
+    pub fn sync(mut self, sync: SyncMode) -> Self {
+        self.sync = sync;
+        self
+    }
+
+    fn sync_device(&self) -> Option<usize> {
+        match (self.sync, crate::current_device()) {
+            (SyncMode::Never, _) => None,
+            (_, Device::Cuda(i)) => Some(i),
+            (SyncMode::Auto, _) => None,
+            (SyncMode::Always, _) => crate::current_cuda_device(),
+        }
+    }
+}
+
+/// Records the elapsed time when dropped.
+#[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
+#[derive(Debug)]
+pub struct TimedGuard {
+    site: &'static Site,
+    start: Instant,
+    sync: Option<i32>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Scope for Timed {
+    type Guard = TimedGuard;
+
+    #[inline]
+    fn enter(&mut self) -> Result<TimedGuard, ScopeError> {
+        let sync = match self.sync_device() {
+            None => None,
+            Some(i) => {
+                let fail = |r: String| {
+                    ScopeError::new(
+                        format!("timed({:?})", self.site.name()),
+                        Some(Device::Cuda(i)),
+                        r,
+                    )
+                };
+                let d = cuda::checked_index(i).map_err(fail)?;
+                cuda::synchronize(d).map_err(fail)?;
+                Some(d)
+            }
+        };
+        Ok(TimedGuard {
+            site: self.site,
+            start: Instant::now(),
+            sync,
+            _not_send: PhantomData,
+        })
+    }
+}
+
+impl TimedGuard {
+    /// Time since entry, so far.
+    ///
+    /// ```
+    /// use tch_scope::{Scope, Timed};
+    /// let g = Timed::new("doc_elapsed").enter().unwrap();
+    /// assert!(g.elapsed() < std::time::Duration::from_secs(60));
+    /// ```
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+}
+
+impl Drop for TimedGuard {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(d) = self.sync {
+            // Never panic in Drop: a failed sync still records the time.
+            let _ = cuda::synchronize(d);
+        }
+        let elapsed = self.start.elapsed();
+        let outcome = Outcome::now();
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        report::record_time(self.site, ns, outcome == Outcome::Panicked);
+        report::publish(|| Measurement::Time {
+            name: self.site.name(),
+            elapsed,
+            synced: self.sync.is_some(),
+            outcome,
+        });
+    }
+}

@@ -1,0 +1,125 @@
+//! `timed`: what it records, where it goes, and that panics are counted.
+
+use std::time::Duration;
+
+use tch_scope::report::{self, Measurement, Outcome};
+use tch_scope::{scoped, timed};
+
+#[timed]
+fn step(ms: u64) {
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
+#[test]
+fn attribute_records_under_the_function_path() {
+    for _ in 0..5 {
+        step(2);
+    }
+    let r = report::report();
+    let t = r
+        .timing("integration::timing::step")
+        .expect("recorded under module::fn");
+    assert_eq!(t.count, 5);
+    assert_eq!(t.panicked, 0);
+    assert!(t.min >= Duration::from_millis(2), "{t:?}");
+    assert!(t.min <= t.p50 && t.p50 <= t.p95 && t.p95 <= t.max, "{t:?}");
+    assert_eq!(t.mean, t.total / 5);
+}
+
+#[test]
+fn percentiles_follow_the_distribution() {
+    // 19 short runs and one long one: p50 short, p95 short, max long.
+    for i in 0..20 {
+        let ms = if i == 7 { 40 } else { 1 };
+        scoped!(timed("timing::mixed") => std::thread::sleep(Duration::from_millis(ms)));
+    }
+    let t = report::report().timing("timing::mixed").cloned().unwrap();
+    assert_eq!(t.count, 20);
+    assert!(t.p50 < Duration::from_millis(20), "{t:?}");
+    assert!(t.p95 < Duration::from_millis(20), "{t:?}");
+    assert!(t.max >= Duration::from_millis(40), "{t:?}");
+}
+
+#[test]
+fn panics_are_recorded_and_marked() {
+    let r = std::panic::catch_unwind(|| scoped!(timed("timing::panics") => panic!("inside")));
+    assert!(r.is_err());
+    scoped!(timed("timing::panics") => ());
+    let t = report::report().timing("timing::panics").cloned().unwrap();
+    assert_eq!((t.count, t.panicked), (2, 1));
+}
+
+#[test]
+fn threads_are_merged_including_finished_ones() {
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(|| {
+                for _ in 0..25 {
+                    scoped!(timed("timing::threads") => ());
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(
+        report::report().timing("timing::threads").unwrap().count,
+        100
+    );
+}
+
+#[test]
+fn sync_without_cuda_is_a_plain_timer() {
+    // On a machine without CUDA there is nothing to synchronise; with
+    // CUDA, `sync` synchronises the current CUDA device.
+    let v = scoped!(timed("timing::sync", sync) => 42);
+    assert_eq!(v, 42);
+    let v = scoped!(timed(name = "timing::nosync", sync = false) => 43);
+    assert_eq!(v, 43);
+    let r = report::report();
+    assert_eq!(r.timing("timing::sync").unwrap().count, 1);
+    assert_eq!(r.timing("timing::nosync").unwrap().count, 1);
+}
+
+#[test]
+fn callback_and_serde_and_table() {
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<(String, Outcome)>>> = Arc::default();
+    let s = seen.clone();
+    report::set_callback(move |m| {
+        if let Measurement::Time { name, outcome, .. } = m
+            && name.starts_with("timing::cb")
+        {
+            s.lock().unwrap().push((name.to_string(), *outcome));
+        }
+    });
+    scoped!(timed("timing::cb") => ());
+    let _ = std::panic::catch_unwind(|| scoped!(timed("timing::cb") => panic!("x")));
+    report::clear_callback();
+    scoped!(timed("timing::cb") => ()); // after clearing: not seen
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            ("timing::cb".to_string(), Outcome::Completed),
+            ("timing::cb".to_string(), Outcome::Panicked)
+        ]
+    );
+
+    let r = report::report();
+    let json = serde_json::to_value(&r).unwrap();
+    let row = json["timings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "timing::cb")
+        .unwrap();
+    assert_eq!(row["count"], 3);
+    assert_eq!(row["panicked"], 1);
+    let table = r.to_string();
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("timing::cb "))
+        .unwrap();
+    assert!(line.split_whitespace().nth(1) == Some("3"), "{line}");
+}

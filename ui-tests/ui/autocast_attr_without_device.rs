@@ -1,0 +1,6 @@
+#[tch_scope::autocast]
+fn forward() {}
+
+fn main() {
+    forward();
+}

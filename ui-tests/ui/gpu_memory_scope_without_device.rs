@@ -1,0 +1,6 @@
+#[tch_scope::gpu_memory_scope(empty_cache = false)]
+fn forward() {}
+
+fn main() {
+    forward();
+}

@@ -1,0 +1,6 @@
+#[tch_scope::timed(name = "fwd", synced)]
+fn forward() {}
+
+fn main() {
+    forward();
+}
