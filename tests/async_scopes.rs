@@ -91,3 +91,46 @@ fn panic_inside_a_poll_restores() {
     assert!(r.is_err());
     assert_eq!(state(), fresh());
 }
+
+// ---- words that span the whole future --------------------------------------------
+
+#[tch_scope::timed("integration::async::three_suspensions")]
+async fn three_suspensions() -> bool {
+    for _ in 0..3 {
+        YieldOnce::default().await;
+    }
+    tch_scope::is_grad_enabled()
+}
+
+#[test]
+fn timed_async_fn_records_once_per_call_not_per_poll() {
+    let name = "integration::async::three_suspensions";
+    let before = tch_scope::report().timing(name).map_or(0, |t| t.count);
+    let mut fut = pin!(three_suspensions());
+    for _ in 0..3 {
+        assert!(poll_once(fut.as_mut()).is_pending());
+    }
+    assert_eq!(
+        tch_scope::report().timing(name).map_or(0, |t| t.count),
+        before,
+        "nothing recorded while the future is pending"
+    );
+    assert_eq!(poll_once(fut.as_mut()), Poll::Ready(true));
+    assert_eq!(tch_scope::report().timing(name).unwrap().count, before + 1);
+}
+
+#[test]
+fn a_cancelled_timed_future_records_once_when_dropped() {
+    let name = "integration::async::cancelled";
+    let count = || tch_scope::report().timing(name).map_or(0, |t| t.count);
+    let before = count();
+    let mut task = Box::pin(async {
+        scoped!(no_grad, timed("integration::async::cancelled") => YieldOnce::default().await)
+    });
+    assert!(poll_once(task.as_mut()).is_pending());
+    assert_eq!(state(), fresh(), "no_grad is per poll");
+    assert_eq!(count(), before, "the timer still runs");
+    drop(task);
+    assert_eq!(count(), before + 1, "left when the future is dropped");
+    assert_eq!(state(), fresh());
+}

@@ -302,3 +302,44 @@ fn checkpoint_survives_kill() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `seed` in async code seeds once for the whole future: draws on both
+/// sides of a suspension continue one stream, as under `torch.manual_seed`.
+#[test]
+fn seed_spans_an_awaiting_body_instead_of_reseeding_per_poll() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+    struct YieldOnce(bool);
+    impl Future for YieldOnce {
+        type Output = ();
+        fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            if std::mem::replace(&mut self.0, true) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        }
+    }
+    let _s = serial();
+    unaffected_by(|| {
+        let mut task = Box::pin(async {
+            scoped!(seed(42) => {
+                let first = rand(2);
+                YieldOnce(false).await;
+                let mut both = first;
+                both.extend(rand(1));
+                both
+            })
+        });
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(task.as_mut().poll(&mut cx).is_pending());
+        let Poll::Ready(draws) = task.as_mut().poll(&mut cx) else {
+            panic!("ready after one suspension")
+        };
+        assert_eq!(
+            draws, TORCH_SEED_42_RAND_3,
+            "one seeded stream across the await"
+        );
+    });
+}

@@ -13,6 +13,7 @@ use syn::{ReturnType, Signature, Type};
 use crate::bang::Flavor;
 use crate::options;
 use crate::valid::{Ctor, Scope};
+use crate::words::Awaits;
 
 /// The body with its braces (if it is a block) marked as coming from this
 /// expansion, at the same place: rustc's `unused_braces` lint would
@@ -156,9 +157,8 @@ fn options_value(rt: &TokenStream, word: &str, v: &options::Values, span: Span) 
 }
 
 /// `Chain(a, Chain(b, End))`: one scope entered in list order.
-fn chain(rt: &TokenStream, scopes: &[Scope]) -> TokenStream {
+fn chain<'a>(rt: &TokenStream, scopes: impl DoubleEndedIterator<Item = &'a Scope>) -> TokenStream {
     scopes
-        .iter()
         .rev()
         .fold(quote!(#rt::__private::End), |rest, scope| {
             let value = scope_value(rt, scope);
@@ -198,8 +198,16 @@ pub(crate) fn try_flat(rt: &TokenStream, scopes: &[Scope], body: &TokenStream) -
         })
 }
 
-/// The body becomes a future whose every poll runs inside the scopes, like
-/// tracing's `Instrumented`. It behaves as an async block: `?` leaves the
+/// `Spanned::new(per_poll, span, future)`: per-thread words around every
+/// poll, the others (timers, seeds, model modes) once for the whole future.
+fn spanned(rt: &TokenStream, scopes: &[Scope], future: TokenStream) -> TokenStream {
+    let per_poll = chain(rt, scopes.iter().filter(|s| s.word.awaits != Awaits::Span));
+    let span = chain(rt, scopes.iter().filter(|s| s.word.awaits == Awaits::Span));
+    quote!(#rt::__private::Spanned::new(#per_poll, #span, #future))
+}
+
+/// The body becomes a future whose every poll runs inside the per-thread
+/// scopes, like tracing's `Instrumented`, and the others span it whole. It behaves as an async block: `?` leaves the
 /// body, not the function, and the `scoped!` value is what it evaluates to.
 pub(crate) fn awaiting(
     rt: &TokenStream,
@@ -207,13 +215,13 @@ pub(crate) fn awaiting(
     body: &TokenStream,
     flavor: Flavor,
 ) -> TokenStream {
-    let chain = chain(rt, scopes);
     // A block body is the async block's own block.
     let body = as_block(body).map_or_else(
         || quote!({ #body }),
         |block| quiet_group(&block).into_token_stream(),
     );
-    let fut = quote!(#rt::__private::Scoped::new(#chain, async #body).await);
+    let fut = spanned(rt, scopes, quote!(async #body));
+    let fut = quote!(#fut.await);
     match flavor {
         Flavor::TryScoped => quote!({ #fut }),
         Flavor::Scoped => {
@@ -278,11 +286,11 @@ pub(crate) fn fn_body(
             }
         });
         let inner = quote!({ #hint #block });
-        let chain = chain(rt, scopes);
+        let spanned = spanned(rt, scopes, quote!(async move #inner));
         return braced(
             outer,
             quote! {
-                let #fut = #rt::__private::Scoped::new(#chain, async move #inner);
+                let #fut = #spanned;
                 match #fut.await {
                     ::core::result::Result::Ok(#value) => #value,
                     ::core::result::Result::Err(#err) => #on_err,

@@ -35,6 +35,21 @@ pub(crate) enum Shape {
     Custom(&'static crate::custom::Custom),
 }
 
+/// How a scope behaves in a future.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Awaits {
+    /// Per-thread state (grad mode, the current device), and a model's
+    /// mode: entered around every poll, so it neither leaks into other
+    /// tasks (another task may use the same model in training mode) nor
+    /// stays behind on a thread the task left. (`distributed` joins its group at the
+    /// first poll and only makes it the thread's current one at the others.)
+    PerPoll,
+    /// Covers the whole future, entered once (a timer, a seed, a
+    /// checkpoint): re-entering per poll would re-seed, time or save at
+    /// each poll.
+    Span,
+}
+
 /// One scope word.
 #[derive(Debug)]
 pub(crate) struct Word {
@@ -44,6 +59,9 @@ pub(crate) struct Word {
     pub(crate) group: Option<&'static str>,
     /// Whether the word may appear more than once in a list.
     pub(crate) repeat: bool,
+    /// What the word does in async code (an `async fn`, a body that
+    /// `.await`s).
+    pub(crate) awaits: Awaits,
     /// A few words for the list of known words in error messages.
     pub(crate) doc: &'static str,
 }
@@ -57,6 +75,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Bare,
         group: GRAD_MODE,
         repeat: false,
+        awaits: Awaits::PerPoll,
         doc: "autograd off",
     },
     Word {
@@ -64,6 +83,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Bare,
         group: GRAD_MODE,
         repeat: false,
+        awaits: Awaits::PerPoll,
         doc: "autograd on",
     },
     Word {
@@ -71,6 +91,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Exprs(&["enabled"]),
         group: GRAD_MODE,
         repeat: false,
+        awaits: Awaits::PerPoll,
         doc: "autograd on or off",
     },
     Word {
@@ -78,6 +99,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Bare,
         group: None,
         repeat: false,
+        awaits: Awaits::PerPoll,
         doc: "inference mode",
     },
     Word {
@@ -85,6 +107,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Device,
         group: None,
         repeat: false,
+        awaits: Awaits::PerPoll,
         doc: "current device",
     },
     Word {
@@ -92,6 +115,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Model,
         group: MODEL_MODE,
         repeat: false,
+        awaits: Awaits::PerPoll,
         doc: "model in eval mode",
     },
     Word {
@@ -99,6 +123,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Model,
         group: MODEL_MODE,
         repeat: false,
+        awaits: Awaits::PerPoll,
         doc: "model in training mode",
     },
     Word {
@@ -106,6 +131,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Scope,
         group: None,
         repeat: true,
+        awaits: Awaits::PerPoll,
         doc: "any `Scope` value",
     },
     Word {
@@ -113,6 +139,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Options(&options::TIMED),
         group: None,
         repeat: false,
+        awaits: Awaits::Span,
         doc: "wall time",
     },
     Word {
@@ -120,6 +147,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Options(&options::MEMORY),
         group: None,
         repeat: false,
+        awaits: Awaits::Span,
         doc: "process memory",
     },
     Word {
@@ -127,6 +155,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Options(&options::GPU_MEMORY),
         group: None,
         repeat: false,
+        awaits: Awaits::Span,
         doc: "CUDA memory",
     },
     Word {
@@ -134,6 +163,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Distributed,
         group: None,
         repeat: false,
+        awaits: Awaits::PerPoll,
         doc: "a torch.distributed process group",
     },
     Word {
@@ -141,6 +171,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Exprs(&["n"]),
         group: None,
         repeat: false,
+        awaits: Awaits::Span,
         doc: "RNG seeded, restored on exit",
     },
     Word {
@@ -148,6 +179,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Bare,
         group: None,
         repeat: false,
+        awaits: Awaits::Span,
         doc: "RNG state restored on exit",
     },
     Word {
@@ -155,6 +187,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Custom(&crate::custom::AUTOCAST),
         group: None,
         repeat: true,
+        awaits: Awaits::PerPoll,
         doc: "mixed precision",
     },
     Word {
@@ -162,6 +195,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Exprs(&["path"]),
         group: None,
         repeat: false,
+        awaits: Awaits::Span,
         doc: "profiler trace written on exit",
     },
     Word {
@@ -169,6 +203,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Exprs(&["name"]),
         group: None,
         repeat: true,
+        awaits: Awaits::PerPoll,
         doc: "named profiler range",
     },
     Word {
@@ -176,6 +211,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Custom(&crate::custom::CHECKPOINT),
         group: None,
         repeat: false,
+        awaits: Awaits::Span,
         doc: "VarStore saved on exit",
     },
     Word {
@@ -183,6 +219,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Custom(&crate::custom::DETECT_ANOMALY),
         group: None,
         repeat: false,
+        awaits: Awaits::Span,
         doc: "autograd anomaly detection",
     },
     Word {
@@ -190,6 +227,7 @@ pub(crate) const WORDS: &[Word] = &[
         shape: Shape::Custom(&crate::custom::DETERMINISTIC),
         group: None,
         repeat: false,
+        awaits: Awaits::Span,
         doc: "deterministic algorithms",
     },
 ];

@@ -4,7 +4,8 @@
 //! friends become RAII guards, function attributes and a block macro. Every
 //! exit — end of block, `return`, `?`, `break`, panic — restores the state
 //! exactly; nested scopes unwind in reverse order; async code re-enters its
-//! scopes on every poll.
+//! per-thread scopes on every poll and holds the others (a timer, a seed, a
+//! checkpoint) for the whole future.
 //!
 //! ```
 //! use tch::{Device, Kind, Tensor};
@@ -49,11 +50,17 @@
 //! | `checkpoint(vs, "model.ot", resume)` | save on exit (try/finally) | [`Checkpoint`] |
 //! | `detect_anomaly`, `detect_anomaly(check_nan = false)` | `torch.autograd.detect_anomaly()` | [`DetectAnomaly`] |
 //! | `deterministic`, `deterministic(warn_only)` | `torch.use_deterministic_algorithms(True)` | [`Deterministic`] |
+//! | `timed`, `timed("name")`, `timed(name = "…", sync)` | a `time.perf_counter()` timer | [`Timed`] |
+//! | `memory_scope`, `memory_scope("name")` | a resident-memory reporter | [`HostMemory`] |
+//! | `gpu_memory_scope(device = 0, empty_cache = false)` | `torch.cuda.memory_allocated()` / `max_memory_allocated()` reporter | [`GpuMemory`] |
+//! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
 //!
 //! `seed`, `fork_rng`, `detect_anomaly` and `deterministic` change
 //! process-wide libtorch state (every thread sees it); [`ScopeStack`] enters
-//! scopes chosen at run time, like `contextlib.ExitStack`.
-//! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
+//! scopes chosen at run time, like `contextlib.ExitStack`. Measurements of
+//! `timed` and the memory scopes go to [`report()`](report::report), to a
+//! callback ([`report::set_callback`]) and, with the `tracing` feature, to
+//! `tracing` events.
 //!
 //! `eval(model)` and `train(model)` take any [`Trainable`] model — a
 //! [`tch::CModule`], a `tch::nn` module wrapped in [`WithMode`], or your own
@@ -113,7 +120,7 @@ pub use device::{
     current_cuda_device, current_device,
 };
 pub use error::ScopeError;
-pub use future::{ScopeFutureExt, Scoped};
+pub use future::{ScopeFutureExt, Scoped, Spanned};
 pub use grad::{
     EnableGrad, Grad, GradGuard, InferenceMode, InferenceModeGuard, NoGrad, is_grad_enabled,
     is_inference_mode_enabled,
@@ -149,7 +156,11 @@ pub use tch_scope_macros::{gpu_memory_scope, memory_scope, timed};
 /// `break` and `continue` act on the enclosing function or loop. If a scope
 /// cannot be entered, `scoped!` panics with the [`ScopeError`] message; use
 /// [`try_scoped!`] to get it as a value. A body that `.await`s runs as its
-/// own future whose scopes are entered on every poll; there `?` acts on the
+/// own future: per-thread scopes (grad and inference mode, `device`,
+/// `autocast`, `record`, `with`) and model modes (`eval`, `train`) are
+/// entered around every poll, the others (`timed`, memory scopes, `seed`,
+/// `checkpoint`, …) once for the whole future (see [`Spanned`]); there `?`
+/// acts on the
 /// body (making its value a `Result`) and `return`/`break`/`continue` out of
 /// it are compile errors.
 ///

@@ -6,7 +6,7 @@ pub use tch_scope_macros::{scoped_impl, try_scoped_impl};
 pub use crate::private_ctx::*;
 
 pub use crate::dist::{Backend as DistBackend, Distributed};
-pub use crate::{Chain, End, Scope, ScopeError, Scoped};
+pub use crate::{Chain, End, Scope, ScopeError, Scoped, Spanned};
 use crate::{
     EnableGrad, Grad, InferenceMode, IntoScopeDevice, Mode, NoGrad, OnDevice, Trainable, When,
 };

@@ -217,6 +217,19 @@ fn async_fn() {
     );
 }
 
+/// Per-thread words around every poll, the timer and the model's mode once
+/// for the whole future.
+#[test]
+fn async_fn_with_span_words() {
+    attr_snapshot(
+        "attr_async_fn_span_words",
+        Attr::List,
+        "no_grad, timed, eval(model)",
+        "async fn validate(model: &Net, batches: Batches) -> f64 {\n    let batch = batches.next().await;\n    model.loss(&batch)\n}",
+        None,
+    );
+}
+
 #[test]
 fn async_result_fn() {
     attr_snapshot(
@@ -305,7 +318,7 @@ fn awaits_written_in_macro_input_count() {
     let out = scoped_tokens(Flavor::Scoped, lex("::rt ; no_grad => { dbg!(x.await) }"))
         .unwrap()
         .to_string();
-    assert!(out.contains("Scoped :: new"), "{out}");
+    assert!(out.contains("Spanned :: new"), "{out}");
     let out = scoped_tokens(
         Flavor::Scoped,
         lex("::rt ; no_grad => { vec![async { x.await }] }"),

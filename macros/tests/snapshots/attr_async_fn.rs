@@ -8,11 +8,12 @@
 
 impl Server {
     pub async fn serve(&self, request: Request) -> Response {
-        let __tch_scope_fut = ::tch_scope::__private::Scoped::new(
+        let __tch_scope_fut = ::tch_scope::__private::Spanned::new(
             ::tch_scope::__private::Chain(
                 ::tch_scope::__private::inference_mode(),
                 ::tch_scope::__private::End,
             ),
+            ::tch_scope::__private::End,
             async move {
                 #[allow(
                     unknown_lints,

@@ -7,11 +7,12 @@
 // Expansion:
 
 async fn load(path: &Path) -> io::Result<Tensor> {
-    let __tch_scope_fut = ::tch_scope::__private::Scoped::new(
+    let __tch_scope_fut = ::tch_scope::__private::Spanned::new(
         ::tch_scope::__private::Chain(
             ::tch_scope::__private::device_cuda(0usize),
             ::tch_scope::__private::End,
         ),
+        ::tch_scope::__private::End,
         async move {
             #[allow(
                 unknown_lints,

@@ -4,7 +4,7 @@
 
 fn expansion() {
     {
-        match ::tch_scope::__private::Scoped::new(
+        match ::tch_scope::__private::Spanned::new(
                 ::tch_scope::__private::Chain(
                     ::tch_scope::__private::device_cuda(0usize),
                     ::tch_scope::__private::Chain(
@@ -15,6 +15,7 @@ fn expansion() {
                         ::tch_scope::__private::End,
                     ),
                 ),
+                ::tch_scope::__private::End,
                 async {
                     let x = load().await;
                     model.forward(&x)

@@ -4,11 +4,12 @@
 
 fn expansion() {
     {
-        ::tch_scope::__private::Scoped::new(
+        ::tch_scope::__private::Spanned::new(
                 ::tch_scope::__private::Chain(
                     ::tch_scope::__private::inference_mode(),
                     ::tch_scope::__private::End,
                 ),
+                ::tch_scope::__private::End,
                 async { fetch(url).await },
             )
             .await

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# GPU checks, one command, on a machine with a CUDA device (CI has none):
+#   bash scripts/gpu-check.sh
+# Builds the project against the bootstrap's CUDA libtorch and runs
+#  - the linkage check (libtorch_cuda stays loaded in every binary),
+#  - tests/gpu.rs: CUDA available, device(0) scopes, `timed` with and
+#    without sync around large matmuls, gpu_memory_scope against
+#    torch.cuda.memory_allocated() from the same PyTorch,
+#  - the CUDA branches of the other suites (seed on CUDA generators, the
+#    device and memory errors), which also run on CPU-only machines.
+# About 5 minutes after the first build on one GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+
+bash scripts/bootstrap-libtorch.sh >/dev/null
+bash scripts/bootstrap-gloo.sh
+venv=$(cd .libtorch/../../../.. && pwd)
+export TCH_SCOPE_PYTHON="${TCH_SCOPE_PYTHON:-$venv/bin/python}"
+
+"$TCH_SCOPE_PYTHON" -c 'import torch; assert torch.cuda.is_available(), "PyTorch sees no CUDA device"; print("python: torch", torch.__version__, torch.cuda.get_device_name(0))'
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+
+cargo build --workspace --all-targets
+bash scripts/check-linkage.sh
+cargo test -p tch-scope-tests --test gpu -- --ignored --test-threads 1 --nocapture
+cargo test -p tch-scope-tests --test integration device
+cargo test -p tch-scope-tests --test memory
+cargo test -p tch-scope-tests --test process_wide seed
+
+echo "gpu-check: all passed in $(( $(date +%s) - start )) s"
