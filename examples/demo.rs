@@ -4,13 +4,15 @@
 //! Fits y = 3x - 2 (plus noise) with a one-layer `tch::nn` model: training
 //! steps run with grad on, validation runs under `no_grad`, prediction under
 //! `inference_mode`; a CUDA device that isn't there comes back as a
-//! `ScopeError`, not a crash.
+//! `ScopeError`, not a crash. Steps are `timed`, a large forward pass sits
+//! in a `memory_scope`, `seed` makes a draw reproducible, `checkpoint` saves
+//! on exit, and the report table of every measurement is printed at the end.
 
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
-use tch_scope::{inference_mode, no_grad, scoped, try_scoped};
+use tch_scope::{inference_mode, scope, scoped, try_scoped};
 
-#[no_grad]
+#[scope(no_grad, timed)]
 fn validation_loss(model: &impl Module, x: &Tensor, y: &Tensor) -> f64 {
     let loss = model.forward(x).mse_loss(y, tch::Reduction::Mean);
     assert!(!loss.requires_grad(), "no graph is built under no_grad");
@@ -40,10 +42,13 @@ fn main() {
 
     println!("epoch  train_loss  val_loss  (grad mode during validation)");
     for epoch in 1..=20 {
-        let loss = model
-            .forward(&train_x)
-            .mse_loss(&train_y, tch::Reduction::Mean);
-        opt.backward_step(&loss);
+        let loss = scoped!(timed("demo::train_step") => {
+            let loss = model
+                .forward(&train_x)
+                .mse_loss(&train_y, tch::Reduction::Mean);
+            opt.backward_step(&loss);
+            loss
+        });
         let val = validation_loss(&model, &val_x, &val_y);
         if epoch % 5 == 0 {
             let grad_inside = scoped!(no_grad => tch_scope::is_grad_enabled());
@@ -65,6 +70,19 @@ fn main() {
         "grad mode after all scopes: {}",
         tch_scope::is_grad_enabled()
     );
+
+    // `memory_scope`: process memory at entry and exit and the peak between
+    // (a forward pass over 4M inputs: 16 MiB in, 16 MiB out).
+    let big = Tensor::randn([1 << 22, 1], (Kind::Float, Device::Cpu));
+    let out = scoped!(memory_scope("demo::big_forward"), no_grad => model.forward(&big));
+    let r = tch_scope::last_memory_report().unwrap();
+    println!(
+        "memory_scope: {:.1} MiB kept, peak +{:.1} MiB for an output of {:.1} MiB",
+        r.delta() as f64 / 1048576.0,
+        r.peak_growth() as f64 / 1048576.0,
+        (out.numel() * 4) as f64 / 1048576.0
+    );
+    drop(out);
 
     match try_scoped!(device(0), no_grad => predict(&model, 0.0)) {
         Ok(v) => println!("on cuda:0: {v:.3}"),
@@ -96,4 +114,7 @@ fn main() {
             println!("checkpoint run {run}: resumed after {done} steps, saving {}", done + 5);
         });
     }
+
+    // Every `timed` and memory measurement, per name.
+    println!("\n{}", tch_scope::report());
 }
