@@ -125,3 +125,60 @@ fn callback_and_serde_and_table() {
         .unwrap();
     assert!(line.split_whitespace().nth(1) == Some("3"), "{line}");
 }
+
+// ---- a function's `Err` is a failed run ---------------------------------------
+
+/// Any error type the function uses must take a `ScopeError` (a scope
+/// that can't be entered returns it); boxed errors do.
+type Error = Box<dyn std::error::Error>;
+
+#[timed("timing::parse")]
+fn parse(s: &str) -> Result<i32, Error> {
+    if s.is_empty() {
+        return Ok(0); // an early `return` still goes through the record
+    }
+    let n: i32 = s.trim().parse()?; // `?` returns from the function, as written
+    Ok(n * 2)
+}
+
+struct Buffer(Vec<i32>);
+
+impl Buffer {
+    /// A `&mut self` method handing out a borrow of `self`, generic, with
+    /// an inner attribute: the closure must keep all of that legal.
+    #[tch_scope::scope(timed("timing::slot"), no_grad)]
+    fn slot<I: TryInto<usize>>(&mut self, i: I) -> Result<&mut i32, Error> {
+        #![allow(clippy::needless_question_mark)]
+        let i = i.try_into().map_err(|_| "bad index")?;
+        Ok(self.0.get_mut(i).ok_or_else(|| format!("no slot {i}"))?)
+    }
+}
+
+#[test]
+fn errors_are_recorded_and_marked_failed() {
+    assert_eq!(parse("21").unwrap(), 42);
+    assert_eq!(parse("").unwrap(), 0);
+    assert!(parse("x").is_err());
+    let t = report::report().timing("timing::parse").cloned().unwrap();
+    assert_eq!((t.count, t.failed, t.panicked), (3, 1, 0), "{t:?}");
+
+    let mut b = Buffer(vec![1, 2]);
+    *b.slot(1u8).unwrap() += 10;
+    assert_eq!(b.0, [1, 12]);
+    assert_eq!(b.slot(5usize).unwrap_err().to_string(), "no slot 5");
+    assert_eq!(b.slot(-1i64).unwrap_err().to_string(), "bad index");
+    let t = report::report().timing("timing::slot").cloned().unwrap();
+    assert_eq!((t.count, t.failed), (3, 2), "{t:?}");
+    assert!(tch_scope::is_grad_enabled());
+}
+
+#[test]
+fn a_failed_memory_scope_reports_failed() {
+    #[tch_scope::memory_scope("timing::failed_memory")]
+    fn fails() -> Result<(), Error> {
+        Err("no".into())
+    }
+    assert!(fails().is_err());
+    let r = tch_scope::last_memory_report().unwrap();
+    assert_eq!((r.name, r.outcome), ("timing::failed_memory", Outcome::Failed));
+}

@@ -80,7 +80,8 @@ pub(crate) fn attr_tokens(
             options::default_name(values, spec, &fn_name);
         }
     }
-    let body = expand::fn_body(&quote!(::tch_scope), &scopes, &sig, &block);
+    let track_caller = attrs.iter().any(|a| a.path().is_ident("track_caller"));
+    let body = expand::fn_body(&quote!(::tch_scope), &scopes, &sig, &block, track_caller);
     Ok(quote!(#(#attrs)* #vis #default #sig #body))
 }
 

@@ -13,7 +13,7 @@ use syn::{ReturnType, Signature, Type};
 use crate::bang::Flavor;
 use crate::options;
 use crate::valid::{Ctor, Scope};
-use crate::words::Awaits;
+use crate::words::{Awaits, Shape};
 
 /// The body with its braces (if it is a block) marked as coming from this
 /// expansion, at the same place: rustc's `unused_braces` lint would
@@ -242,6 +242,7 @@ pub(crate) fn fn_body(
     scopes: &[Scope],
     sig: &Signature,
     block: &Group,
+    track_caller: bool,
 ) -> TokenStream {
     let err = local("__tch_scope_err");
     let (outer, block) = (block.span(), quiet_group(block));
@@ -298,12 +299,25 @@ pub(crate) fn fn_body(
             },
         );
     }
+    // Measuring words (`timed`, the memory scopes) record an `Err` as a
+    // failed run: the body runs as a closure so its value can be seen.
+    // Not where a closure would change meaning: `impl Trait` in the type
+    // (no annotation to give the closure), `unsafe fn`, `#[track_caller]`.
+    let marked = |scope: &Scope| matches!(scope.word.shape, Shape::Options(_));
+    let result = result_type(&sig.output).filter(|ty| {
+        !contains_impl(ty) && !matches!(sig.safety, syn::Safety::Unsafe(_)) && !track_caller && scopes.iter().any(marked)
+    });
+    let entered = local("__tch_scope_entered");
     let lets = scopes.iter().enumerate().map(|(i, scope)| {
         let (g, value, rt) = (guard(i), scope_value(rt, scope), rt_at(rt, scope.span));
+        let g = match result {
+            Some(_) if marked(scope) => quote!(mut #g),
+            _ => quote!(#g),
+        };
         if result_type(&sig.output).is_some() {
             quote_spanned! {scope.span=>
                 let #g = match #rt::__private::enter(#value) {
-                    ::core::result::Result::Ok(#g) => #g,
+                    ::core::result::Result::Ok(#entered) => #entered,
                     ::core::result::Result::Err(#err) => #on_err,
                 };
             }
@@ -311,7 +325,48 @@ pub(crate) fn fn_body(
             quote_spanned!(scope.span=> let #g = #rt::__private::enter_or_panic(#value);)
         }
     });
-    braced(outer, quote!(#(#lets)* #block))
+    let Some(ty) = result else {
+        return braced(outer, quote!(#(#lets)* #block));
+    };
+    let ret = local("__tch_scope_ret");
+    // A closure body can't hold inner attributes (`#![allow(..)]`): they
+    // move to the function's body, where they were meant to apply.
+    let (inner_attrs, block) = split_inner_attrs(&block);
+    let marks = scopes
+        .iter()
+        .enumerate()
+        .filter(|(_, scope)| marked(scope))
+        .map(|(i, _)| {
+            let g = guard(i);
+            quote!(#rt::__private::mark_failed(&#ret, &mut #g);)
+        });
+    braced(
+        outer,
+        quote! {
+            #inner_attrs
+            #(#lets)*
+            let #ret: #ty = #rt::__private::call(move || #block);
+            #(#marks)*
+            #ret
+        },
+    )
+}
+
+/// The leading `#![..]` attributes of a block, and the block without them.
+fn split_inner_attrs(block: &Group) -> (TokenStream, Group) {
+    let tokens: Vec<TokenTree> = block.stream().into_iter().collect();
+    let mut end = 0;
+    while let [TokenTree::Punct(hash), TokenTree::Punct(bang), TokenTree::Group(g), ..] =
+        &tokens[end..]
+        && hash.as_char() == '#'
+        && bang.as_char() == '!'
+        && g.delimiter() == Delimiter::Bracket
+    {
+        end += 3;
+    }
+    let mut rest = Group::new(Delimiter::Brace, tokens[end..].iter().cloned().collect());
+    rest.set_span(block.span());
+    (tokens[..end].iter().cloned().collect(), rest)
 }
 
 /// `{ tokens }` with the braces of the original body, so the function still

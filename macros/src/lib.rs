@@ -95,6 +95,9 @@ pub fn with(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Times every call and records it under the function's path (or the
 /// given name): `#[timed]`, `#[timed("fwd")]`, `#[timed(name = "fwd", sync)]`.
+/// On a function returning `Result`, an `Err` is recorded as a failed run;
+/// a panic as a panicked one. An `async fn` is timed from its first poll
+/// to its completion, once per call.
 #[proc_macro_attribute]
 pub fn timed(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("timed"), args.into(), item.into()).into()

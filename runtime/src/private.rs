@@ -120,6 +120,58 @@ pub fn memory_scope(name: &'static str) -> crate::HostMemory {
     crate::HostMemory::new(name)
 }
 
+/// Guards that record how the body ended; the macros mark a run whose
+/// `Result` is `Err`.
+pub trait MarkFailed {
+    fn mark_failed(&mut self);
+}
+
+impl MarkFailed for crate::TimedGuard {
+    #[inline(always)]
+    fn mark_failed(&mut self) {
+        crate::TimedGuard::mark_failed(self);
+    }
+}
+
+impl MarkFailed for crate::HostMemoryGuard {
+    #[inline(always)]
+    fn mark_failed(&mut self) {
+        crate::HostMemoryGuard::mark_failed(self);
+    }
+}
+
+impl MarkFailed for crate::GpuMemoryGuard {
+    #[inline(always)]
+    fn mark_failed(&mut self) {
+        crate::GpuMemoryGuard::mark_failed(self);
+    }
+}
+
+/// `timed if cond`.
+impl<G: MarkFailed> MarkFailed for Option<G> {
+    #[inline(always)]
+    fn mark_failed(&mut self) {
+        if let Some(g) = self {
+            g.mark_failed();
+        }
+    }
+}
+
+#[inline(always)]
+pub fn mark_failed<T, E>(result: &Result<T, E>, guard: &mut impl MarkFailed) {
+    if result.is_err() {
+        guard.mark_failed();
+    }
+}
+
+/// Runs a function's body as a closure so its `Result` can be seen: the
+/// expected type fixes the closure's return type, so `?` and `return`
+/// inside keep the function's meaning.
+#[inline(always)]
+pub fn call<R>(body: impl FnOnce() -> R) -> R {
+    body()
+}
+
 #[inline(always)]
 pub fn gpu_memory_scope(name: &'static str, device: usize, empty_cache: bool) -> crate::GpuMemory {
     crate::GpuMemory::new(name, device).empty_cache(empty_cache)

@@ -99,6 +99,7 @@ pub struct TimedGuard {
     site: &'static Site,
     start: Instant,
     sync: Option<i32>,
+    failed: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -126,6 +127,7 @@ impl Scope for Timed {
             site: self.site,
             start: Instant::now(),
             sync,
+            failed: false,
             _not_send: PhantomData,
         })
     }
@@ -142,6 +144,20 @@ impl TimedGuard {
     pub fn elapsed(&self) -> Duration {
         self.start.elapsed()
     }
+
+    /// Records this run as [`Outcome::Failed`] (the body returned an `Err`);
+    /// attributes on functions returning `Result` call it for you.
+    ///
+    /// ```
+    /// use tch_scope::{Scope, Timed};
+    /// let mut g = Timed::new("doc_failed").enter().unwrap();
+    /// g.mark_failed();
+    /// drop(g);
+    /// assert_eq!(tch_scope::report().timing("doc_failed").unwrap().failed, 1);
+    /// ```
+    pub fn mark_failed(&mut self) {
+        self.failed = true;
+    }
 }
 
 impl Drop for TimedGuard {
@@ -152,9 +168,9 @@ impl Drop for TimedGuard {
             let _ = cuda::synchronize(d);
         }
         let elapsed = self.start.elapsed();
-        let outcome = Outcome::now();
+        let outcome = Outcome::at_exit(self.failed);
         let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        report::record_time(self.site, ns, outcome == Outcome::Panicked);
+        report::record_time(self.site, ns, outcome);
         report::publish(|| Measurement::Time {
             name: self.site.name(),
             elapsed,

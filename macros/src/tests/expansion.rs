@@ -230,6 +230,19 @@ fn async_fn_with_span_words() {
     );
 }
 
+/// `timed` on a `Result` function: the body runs as a closure whose value
+/// marks an `Err` as a failed run.
+#[test]
+fn timed_result_fn() {
+    attr_snapshot(
+        "attr_timed_result_fn",
+        Attr::List,
+        "no_grad, timed",
+        "fn step(batch: &Batch) -> io::Result<f64> {\n    let loss = batch.loss()?;\n    Ok(loss)\n}",
+        None,
+    );
+}
+
 #[test]
 fn async_result_fn() {
     attr_snapshot(

@@ -10,7 +10,7 @@ fn evaluate(model: &Model) -> anyhow::Result<f64> {
     let __tch_scope_guard0 = match ::tch_scope::__private::enter(
         ::tch_scope::__private::device_cuda(0usize),
     ) {
-        ::core::result::Result::Ok(__tch_scope_guard0) => __tch_scope_guard0,
+        ::core::result::Result::Ok(__tch_scope_entered) => __tch_scope_entered,
         ::core::result::Result::Err(__tch_scope_err) => {
             return ::core::result::Result::Err(
                 ::core::convert::From::from(__tch_scope_err),
@@ -20,7 +20,7 @@ fn evaluate(model: &Model) -> anyhow::Result<f64> {
     let __tch_scope_guard1 = match ::tch_scope::__private::enter(
         ::tch_scope::__private::no_grad(),
     ) {
-        ::core::result::Result::Ok(__tch_scope_guard1) => __tch_scope_guard1,
+        ::core::result::Result::Ok(__tch_scope_entered) => __tch_scope_entered,
         ::core::result::Result::Err(__tch_scope_err) => {
             return ::core::result::Result::Err(
                 ::core::convert::From::from(__tch_scope_err),

@@ -88,6 +88,7 @@ pub struct GpuMemoryGuard {
     scope: GpuMemory,
     index: i32,
     ticket: Option<Ticket>,
+    failed: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -114,12 +115,19 @@ impl Scope for GpuMemory {
             scope: *self,
             index,
             ticket: Some(ticket),
+            failed: false,
             _not_send: PhantomData,
         })
     }
 }
 
 impl GpuMemoryGuard {
+    /// Records this run as [`Outcome::Failed`] (the body returned an `Err`);
+    /// attributes on functions returning `Result` call it for you.
+    pub fn mark_failed(&mut self) {
+        self.failed = true;
+    }
+
     /// Leaves the scope now and returns its report (also recorded as usual).
     pub fn finish(mut self) -> MemoryReport {
         self.close().expect("open until finished")
@@ -145,7 +153,7 @@ impl GpuMemoryGuard {
             peak: peak.max(at_exit),
             reserved,
             peak_is_scoped: true,
-            outcome: Outcome::now(),
+            outcome: Outcome::at_exit(self.failed),
         };
         finish(r.clone());
         Some(r)

@@ -66,6 +66,7 @@ impl HostMemory {
 pub struct HostMemoryGuard {
     name: &'static str,
     ticket: Option<Ticket>,
+    failed: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -87,12 +88,19 @@ impl Scope for HostMemory {
         Ok(HostMemoryGuard {
             name: self.name,
             ticket: Some(ticket),
+            failed: false,
             _not_send: PhantomData,
         })
     }
 }
 
 impl HostMemoryGuard {
+    /// Records this run as [`Outcome::Failed`] (the body returned an `Err`);
+    /// attributes on functions returning `Result` call it for you.
+    pub fn mark_failed(&mut self) {
+        self.failed = true;
+    }
+
     /// Leaves the scope now and returns its report (also recorded as usual).
     pub fn finish(mut self) -> MemoryReport {
         self.close().expect("open until finished")
@@ -110,7 +118,7 @@ impl HostMemoryGuard {
             peak: peak.max(at_exit),
             reserved: None,
             peak_is_scoped: t.scoped,
-            outcome: Outcome::now(),
+            outcome: Outcome::at_exit(self.failed),
         };
         finish(r.clone());
         Some(r)

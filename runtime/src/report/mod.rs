@@ -30,12 +30,18 @@ pub enum Outcome {
     /// It panicked; the measurement covers the time until the unwind left
     /// the scope.
     Panicked,
+    /// It returned an `Err`. Known where the scope sees the value: an
+    /// attribute on a (non-async) function returning `Result`.
+    Failed,
 }
 
 impl Outcome {
-    pub(crate) fn now() -> Self {
+    /// `Panicked` while unwinding, else `Failed` or `Completed`.
+    pub(crate) fn at_exit(failed: bool) -> Self {
         if std::thread::panicking() {
             Outcome::Panicked
+        } else if failed {
+            Outcome::Failed
         } else {
             Outcome::Completed
         }
@@ -152,6 +158,8 @@ pub struct TimingSummary {
     pub count: u64,
     /// How many of those ended in a panic.
     pub panicked: u64,
+    /// How many returned an `Err` (see [`Outcome::Failed`]).
+    pub failed: u64,
     /// Sum of all durations.
     pub total: Duration,
     /// `total / count`.
@@ -252,6 +260,7 @@ pub fn report() -> Report {
                     name: name.to_owned(),
                     count: s.count,
                     panicked: s.panicked,
+                    failed: s.failed,
                     total,
                     mean: ns(
                         u64::try_from(s.total_ns / u128::from(s.count.max(1))).unwrap_or(u64::MAX)

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use super::Outcome;
 use super::histogram::Histogram;
 
 /// A place in the code that records measurements under one name. The
@@ -102,6 +103,7 @@ impl Site {
 pub(crate) struct TimeStats {
     pub count: u64,
     pub panicked: u64,
+    pub failed: u64,
     pub total_ns: u128,
     pub min_ns: u64,
     pub max_ns: u64,
@@ -109,13 +111,14 @@ pub(crate) struct TimeStats {
 }
 
 impl TimeStats {
-    fn add(&mut self, ns: u64, panicked: bool) {
+    fn add(&mut self, ns: u64, outcome: Outcome) {
         if self.count == 0 || ns < self.min_ns {
             self.min_ns = ns;
         }
         self.max_ns = self.max_ns.max(ns);
         self.count += 1;
-        self.panicked += u64::from(panicked);
+        self.panicked += u64::from(outcome == Outcome::Panicked);
+        self.failed += u64::from(outcome == Outcome::Failed);
         self.total_ns += u128::from(ns);
         self.hist.record(ns);
     }
@@ -130,6 +133,7 @@ impl TimeStats {
         self.max_ns = self.max_ns.max(o.max_ns);
         self.count += o.count;
         self.panicked += o.panicked;
+        self.failed += o.failed;
         self.total_ns += o.total_ns;
         self.hist.merge(&o.hist);
     }
@@ -168,13 +172,13 @@ thread_local! {
     static LOCAL: Local = Local::new();
 }
 
-fn add(slots: &mut Slots, id: usize, ns: u64, panicked: bool) {
+fn add(slots: &mut Slots, id: usize, ns: u64, outcome: Outcome) {
     if slots.len() <= id {
         slots.resize_with(id + 1, || None);
     }
     slots[id]
         .get_or_insert_with(TimeStats::default)
-        .add(ns, panicked);
+        .add(ns, outcome);
 }
 
 fn merge_into(into: &mut Slots, from: &Slots) {
@@ -190,12 +194,12 @@ fn merge_into(into: &mut Slots, from: &Slots) {
 
 /// Adds one duration to `site`'s totals.
 #[inline]
-pub(crate) fn record_time(site: &Site, ns: u64, panicked: bool) {
+pub(crate) fn record_time(site: &Site, ns: u64, outcome: Outcome) {
     let id = site.id();
-    let done = LOCAL.try_with(|l| add(&mut lock(&l.0.slots), id, ns, panicked));
+    let done = LOCAL.try_with(|l| add(&mut lock(&l.0.slots), id, ns, outcome));
     if done.is_err() {
         // During thread teardown: straight into the retired totals.
-        add(&mut lock(&RETIRED), id, ns, panicked);
+        add(&mut lock(&RETIRED), id, ns, outcome);
     }
 }
 

@@ -71,11 +71,13 @@ impl fmt::Display for Report {
                         duration(t.p95),
                         duration(t.max),
                         t.panicked.to_string(),
+                        t.failed.to_string(),
                     ]
                 })
                 .collect();
             let head = [
                 "timed", "count", "total", "mean", "min", "p50", "p95", "max", "panicked",
+                "failed",
             ];
             write_table(f, &head, &rows)?;
         }

@@ -1,0 +1,44 @@
+// Input:
+//     #[scope(no_grad, timed)]
+//     fn step(batch: &Batch) -> io::Result<f64> {
+//         let loss = batch.loss()?;
+//         Ok(loss)
+//     }
+// Expansion:
+
+fn step(batch: &Batch) -> io::Result<f64> {
+    let __tch_scope_guard0 = match ::tch_scope::__private::enter(
+        ::tch_scope::__private::no_grad(),
+    ) {
+        ::core::result::Result::Ok(__tch_scope_entered) => __tch_scope_entered,
+        ::core::result::Result::Err(__tch_scope_err) => {
+            return ::core::result::Result::Err(
+                ::core::convert::From::from(__tch_scope_err),
+            );
+        }
+    };
+    let mut __tch_scope_guard1 = match ::tch_scope::__private::enter(
+        ::tch_scope::__private::timed(
+            {
+                static __TCH_SCOPE_SITE: ::tch_scope::__private::Site = ::tch_scope::__private::Site::new(
+                    ::core::concat!(::core::module_path!(), "::step"),
+                );
+                &__TCH_SCOPE_SITE
+            },
+            ::tch_scope::__private::SyncMode::Auto,
+        ),
+    ) {
+        ::core::result::Result::Ok(__tch_scope_entered) => __tch_scope_entered,
+        ::core::result::Result::Err(__tch_scope_err) => {
+            return ::core::result::Result::Err(
+                ::core::convert::From::from(__tch_scope_err),
+            );
+        }
+    };
+    let __tch_scope_ret: io::Result<f64> = ::tch_scope::__private::call(move || {
+        let loss = batch.loss()?;
+        Ok(loss)
+    });
+    ::tch_scope::__private::mark_failed(&__tch_scope_ret, &mut __tch_scope_guard1);
+    __tch_scope_ret
+}
