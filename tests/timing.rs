@@ -180,5 +180,8 @@ fn a_failed_memory_scope_reports_failed() {
     }
     assert!(fails().is_err());
     let r = tch_scope::last_memory_report().unwrap();
-    assert_eq!((r.name, r.outcome), ("timing::failed_memory", Outcome::Failed));
+    assert_eq!(
+        (r.name, r.outcome),
+        ("timing::failed_memory", Outcome::Failed)
+    );
 }

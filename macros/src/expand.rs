@@ -305,7 +305,10 @@ pub(crate) fn fn_body(
     // (no annotation to give the closure), `unsafe fn`, `#[track_caller]`.
     let marked = |scope: &Scope| matches!(scope.word.shape, Shape::Options(_));
     let result = result_type(&sig.output).filter(|ty| {
-        !contains_impl(ty) && !matches!(sig.safety, syn::Safety::Unsafe(_)) && !track_caller && scopes.iter().any(marked)
+        !contains_impl(ty)
+            && !matches!(sig.safety, syn::Safety::Unsafe(_))
+            && !track_caller
+            && scopes.iter().any(marked)
     });
     let entered = local("__tch_scope_entered");
     let lets = scopes.iter().enumerate().map(|(i, scope)| {
@@ -356,8 +359,12 @@ pub(crate) fn fn_body(
 fn split_inner_attrs(block: &Group) -> (TokenStream, Group) {
     let tokens: Vec<TokenTree> = block.stream().into_iter().collect();
     let mut end = 0;
-    while let [TokenTree::Punct(hash), TokenTree::Punct(bang), TokenTree::Group(g), ..] =
-        &tokens[end..]
+    while let [
+        TokenTree::Punct(hash),
+        TokenTree::Punct(bang),
+        TokenTree::Group(g),
+        ..,
+    ] = &tokens[end..]
         && hash.as_char() == '#'
         && bang.as_char() == '!'
         && g.delimiter() == Delimiter::Bracket

@@ -76,8 +76,7 @@ impl fmt::Display for Report {
                 })
                 .collect();
             let head = [
-                "timed", "count", "total", "mean", "min", "p50", "p95", "max", "panicked",
-                "failed",
+                "timed", "count", "total", "mean", "min", "p50", "p95", "max", "panicked", "failed",
             ];
             write_table(f, &head, &rows)?;
         }
