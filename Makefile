@@ -6,7 +6,7 @@
 CARGO ?= cargo
 BOOTSTRAP := scripts/bootstrap-libtorch.sh
 
-.PHONY: all libtorch demo test test-rust lint fmt bench clean-libtorch
+.PHONY: all libtorch demo test test-rust lint fmt bench clean-libtorch fuzz-long stress asan
 
 all: test
 
@@ -33,6 +33,26 @@ fmt:
 
 bench: libtorch
 	$(CARGO) bench -p tch-scope --bench scopes
+
+# Hardening (issue 10). `make test` runs these at CI size: 10 000 fuzz
+# cases, 8 threads x 100 000 scopes (sync and async).
+FUZZ_CASES ?= 1000000
+STRESS_SCOPES ?= 1000000
+
+# The macro fuzzer at full size, in release.
+fuzz-long:
+	TCH_SCOPE_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --release -p tch-scope-macros --lib \
+		fuzz -- --nocapture
+
+# 8 threads x 1M random nested scopes each (and as many async), in release.
+stress: libtorch
+	TCH_SCOPE_STRESS_SCOPES=$(STRESS_SCOPES) $(CARGO) test --release -p tch-scope-tests \
+		--test stress -- --nocapture
+
+# The test suite with the shim under AddressSanitizer + LeakSanitizer
+# (clang's runtime from Debian's libclang-rt-dev, installed if missing).
+asan: libtorch
+	bash scripts/asan.sh
 
 clean-libtorch:
 	rm -f .libtorch

@@ -15,6 +15,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(tch_scope_cuda)");
     println!("cargo::rerun-if-changed=csrc");
     println!("cargo::rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
+    println!("cargo::rerun-if-env-changed=TCH_SCOPE_SANITIZE");
 
     let lib = PathBuf::from(env::var("DEP_TCH_LIBTORCH_LIB").expect(
         "torch-sys did not export DEP_TCH_LIBTORCH_LIB; is the tch/torch-sys version 0.26?",
@@ -47,6 +48,7 @@ fn main() {
         .file("csrc/global_modes.cpp")
         .file("csrc/cuda_link.cpp");
     distributed::configure(&mut build, &include);
+    let asan_runtime = sanitize(&mut build);
     if cuda {
         build.define("TCH_SCOPE_CUDA", None);
         println!("cargo::rustc-cfg=tch_scope_cuda");
@@ -58,6 +60,13 @@ fn main() {
     }
     println!("cargo::rustc-link-lib=dylib=c10");
     println!("cargo::rustc-link-lib=dylib=torch_cpu");
+    if let Some(dir) = asan_runtime {
+        // The instrumented shim needs the sanitizer runtime; `make asan`
+        // also preloads it, as it must come first in the library list.
+        println!("cargo::rustc-link-search=native={}", dir.display());
+        println!("cargo::rustc-link-lib=dylib=clang_rt.asan-x86_64");
+        println!("cargo::rustc-link-arg=-Wl,-rpath,{}", dir.display());
+    }
 
     // Our own tests, benches and examples find libtorch through an rpath;
     // dependents get the lib dir via `links` metadata
@@ -65,4 +74,33 @@ fn main() {
     println!("cargo::rustc-link-arg=-Wl,-rpath,{}", lib.display());
     println!("cargo::metadata=libtorch_lib={}", lib.display());
     println!("cargo::metadata=cuda={}", cuda as u8);
+}
+
+/// `TCH_SCOPE_SANITIZE=address` (set by `make asan`) builds the shim with
+/// clang's AddressSanitizer (and so LeakSanitizer). Returns the
+/// folder of clang's shared ASan runtime, asked of the compiler itself.
+fn sanitize(build: &mut cc::Build) -> Option<PathBuf> {
+    match env::var("TCH_SCOPE_SANITIZE").ok()?.as_str() {
+        "address" => {}
+        other => panic!("TCH_SCOPE_SANITIZE={other}: only `address` is supported"),
+    }
+    // clang's runtime, so clang: set here, not through CXX, which would
+    // rebuild torch-sys's C++ with clang too.
+    build
+        .compiler("clang++")
+        .flag("-fsanitize=address")
+        .flag("-fno-omit-frame-pointer")
+        .flag("-g");
+    let compiler = build.get_compiler();
+    let out = std::process::Command::new(compiler.path())
+        .arg("-print-file-name=libclang_rt.asan-x86_64.so")
+        .output()
+        .expect("cannot run the C++ compiler");
+    let lib = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(
+        lib.is_absolute() && lib.exists(),
+        "TCH_SCOPE_SANITIZE=address needs clang++ and its runtime: install \
+         Debian's clang and libclang-rt-dev (`make asan` does)"
+    );
+    Some(lib.parent()?.to_path_buf())
 }

@@ -148,3 +148,17 @@ fn nested_in_every_order_with_every_exit() {
         }
     }
 }
+
+/// A body that starts with a block but goes on (`{ a } + { b }`) is one
+/// expression, not a block statement followed by something else.
+#[test]
+fn block_led_expression_bodies_stay_one_expression() {
+    let double = |x: i32| x * 2;
+    let sum = scoped!(no_grad => { 1 } + { 2 });
+    let called = scoped!(no_grad => { double }(4));
+    let minus = scoped!(no_grad => { 5 } - 1);
+    let matched = scoped!(no_grad => match sum { 3 => "three", _ => "?" }.len());
+    assert_eq!((sum, called, minus, matched), (3, 8, 4, 5));
+    assert_eq!(tch_scope::try_scoped!(no_grad => { 1 } == { 1 }), Ok(true));
+    assert_eq!(state(), fresh());
+}

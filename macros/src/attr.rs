@@ -109,7 +109,12 @@ fn word_item(name: &str, args: TokenStream, errors: &mut Errors) -> Vec<Item> {
 
 fn list_items(args: TokenStream, errors: &mut Errors) -> Vec<Item> {
     let parsed = (|input: ParseStream| Ok(ast::parse_list(input, End::Eof, errors))).parse2(args);
-    let items = parsed.unwrap_or_default();
+    // A parse error (tokens left over) is reported at its token, not lost
+    // behind "needs at least one scope word" at the attribute.
+    let items = parsed.unwrap_or_else(|e| {
+        errors.push(e);
+        Vec::new()
+    });
     if items.is_empty() && errors.is_empty() {
         errors.push(syn::Error::new(
             Span::call_site(),

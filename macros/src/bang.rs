@@ -41,12 +41,56 @@ pub(crate) fn scoped_macro(flavor: Flavor, input: TokenStream) -> TokenStream {
 pub(crate) fn scoped_tokens(flavor: Flavor, input: TokenStream) -> syn::Result<TokenStream> {
     let (rt, rest) = split_rt(input)?;
     let (scopes, body) = (|input: ParseStream| parse_scoped(input, flavor)).parse2(rest)?;
-    let (expr, tokens) = body;
+    let (expr, mut tokens) = body;
+    if leads_with_block(&expr) {
+        // `{ a } == { b }` is one expression here, but as the tail of the
+        // expansion's block `{ a }` would end a statement: `{ let g = ..;
+        // { a } == { b } }` does not parse, and `{ f }(x)` or `{ a } - b`
+        // would silently mean something else. Parentheses keep it one
+        // expression (they are needed, so no `unused_parens`).
+        tokens = quote!((#tokens));
+    }
     Ok(match (body::awaits(&expr), flavor) {
         (false, Flavor::Scoped) => expand::flat(&rt, &scopes, &tokens),
         (false, Flavor::TryScoped) => expand::try_flat(&rt, &scopes, &tokens),
         (true, _) => expand::awaiting(&rt, &scopes, &tokens, flavor),
     })
+}
+
+/// Whether `expr` is not itself block-like but starts with a block-like
+/// expression (`{ a } + b`, `match x {..}.len()`, `if c {..} else {..} as u8`),
+/// which in statement position would end at that block.
+fn leads_with_block(expr: &Expr) -> bool {
+    fn block_like(e: &Expr) -> bool {
+        matches!(
+            e,
+            Expr::Block(_)
+                | Expr::If(_)
+                | Expr::Match(_)
+                | Expr::Loop(_)
+                | Expr::While(_)
+                | Expr::ForLoop(_)
+                | Expr::Unsafe(_)
+                | Expr::Const(_)
+                | Expr::TryBlock(_)
+        )
+    }
+    fn leftmost(e: &Expr) -> &Expr {
+        match e {
+            Expr::Binary(b) => leftmost(&b.left),
+            Expr::Assign(a) => leftmost(&a.left),
+            Expr::Cast(c) => leftmost(&c.expr),
+            Expr::MethodCall(m) => leftmost(&m.receiver),
+            Expr::Field(f) => leftmost(&f.base),
+            Expr::Index(i) => leftmost(&i.expr),
+            Expr::Try(t) => leftmost(&t.expr),
+            Expr::Await(a) => leftmost(&a.base),
+            Expr::Call(c) => leftmost(&c.func),
+            Expr::Range(r) => r.start.as_deref().map_or(e, leftmost),
+            e => e,
+        }
+    }
+    !block_like(expr) && block_like(leftmost(expr))
 }
 
 /// The runtime path is everything before the first top-level `;`.

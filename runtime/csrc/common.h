@@ -10,8 +10,18 @@ namespace tch_scope {
 
 std::string& last_error_slot();
 
+// Test-only fault injection (see tch_scope_fault_inject in shim.h): true
+// when the calling shim function `op` is to fail this time. One
+// thread-local integer is read when nothing is armed.
+bool injected_fault(const char* op) noexcept;
+
+// Runs `f`, turning an exception into status 1 and a message. `op` is the
+// calling function's name (filled in at the call site), for fault injection.
 template <class F>
-tch_scope_status guarded(F&& f) noexcept {
+tch_scope_status guarded(F&& f, const char* op = __builtin_FUNCTION()) noexcept {
+  if (injected_fault(op)) [[unlikely]] {
+    return 1;
+  }
   try {
     f();
     last_error_slot().clear();

@@ -65,6 +65,12 @@ tch_scope_status tch_scope_module_restore_modes(void* module, const uint8_t* mod
 // 1 when this build of the shim linked libtorch_cuda (see cuda_anchor.cpp).
 int32_t tch_scope_built_with_cuda(void);
 
+// Test-only fault injection: the next `times` calls on this thread of the
+// status-returning shim function named `op` (e.g. "tch_scope_rng_restore")
+// fail with "injected fault in <op>" without doing anything; `op` = "*"
+// matches every such function; `times` = 0 disarms. Reached from Rust only through tch_scope::__private.
+void tch_scope_fault_inject(const char* op, int32_t times);
+
 #ifdef __cplusplus
 }
 #endif

@@ -49,10 +49,3 @@ fn sync_dir(path: &Path) -> io::Result<()> {
     };
     File::open(dir)?.sync_all()
 }
-
-/// Reports a failure in `Drop`, which must not panic (it may run while
-/// unwinding): one line on stderr, a failed write ignored.
-pub(crate) fn warn(msg: std::fmt::Arguments<'_>) {
-    use std::io::Write as _;
-    let _ = writeln!(io::stderr(), "tch-scope: {msg}");
-}

@@ -204,7 +204,7 @@ impl Drop for AutocastGuard {
         // SAFETY: same thread as entry (the guard is !Send).
         let status = unsafe { tch_scope_autocast_exit(self.device.code(), &self.saved) };
         if let Err(e) = ffi::check(status) {
-            crate::atomic::warn(format_args!("could not restore autocast: {e}"));
+            crate::exit::report("autocast", format_args!("could not restore autocast: {e}"));
         }
     }
 }

@@ -29,7 +29,7 @@ use std::rc::Rc;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
-use crate::atomic::{self, warn};
+use crate::atomic;
 use crate::{NoGrad, Scope, ScopeError};
 
 const PREFIX: &str = "__tch_scope_metric__.";
@@ -159,8 +159,9 @@ impl<'a> Checkpoint<'a> {
     }
 }
 
-/// Saves on drop. A save that fails is reported on stderr (a drop cannot
-/// return it) and leaves the previous checkpoint in place.
+/// Saves on drop. A save that fails goes to the exit hook
+/// ([`set_exit_hook`](crate::set_exit_hook); a drop cannot return it) and
+/// leaves the previous checkpoint in place.
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct CheckpointGuard<'a> {
@@ -200,10 +201,10 @@ impl Drop for CheckpointGuard<'_> {
         });
         let log = self.log.borrow();
         if let Err(e) = save(self.vs, &self.path, &log) {
-            warn(format_args!(
-                "could not save the checkpoint {}: {e}",
-                self.path.display()
-            ));
+            crate::exit::report(
+                "checkpoint",
+                format_args!("could not save the checkpoint {}: {e}", self.path.display()),
+            );
         }
     }
 }

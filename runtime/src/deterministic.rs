@@ -10,7 +10,6 @@
 
 use std::marker::PhantomData;
 
-use crate::atomic::warn;
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
@@ -92,9 +91,10 @@ impl Drop for DeterministicGuard {
         // SAFETY: plain values; exceptions caught by the shim.
         let status = unsafe { tch_scope_deterministic_set(self.enabled, self.warn_only) };
         if let Err(e) = ffi::check(status) {
-            warn(format_args!(
-                "could not restore deterministic algorithms: {e}"
-            ));
+            crate::exit::report(
+                "deterministic",
+                format_args!("could not restore deterministic algorithms: {e}"),
+            );
         }
     }
 }

@@ -240,9 +240,15 @@ impl Drop for DeviceGuard {
         if let Some(prev) = self.previous_cuda {
             let mut ignored = 0i32;
             // A failing restore must not panic in Drop (possibly while
-            // unwinding); the device index was valid on entry.
+            // unwinding): it goes to the exit hook.
             // SAFETY: `ignored` is writable; the shim catches exceptions.
-            let _ = ffi::check(unsafe { ffi::tch_scope_cuda_exchange_device(prev, &mut ignored) });
+            let status = unsafe { ffi::tch_scope_cuda_exchange_device(prev, &mut ignored) };
+            if let Err(e) = ffi::check(status) {
+                crate::exit::report(
+                    "device",
+                    format_args!("could not make cuda:{prev} current again: {e}"),
+                );
+            }
         }
     }
 }

@@ -36,6 +36,7 @@ unsafe extern "C" {
     pub(crate) fn tch_scope_cuda_exchange_device(index: i32, previous: *mut i32) -> Status;
     pub(crate) fn tch_scope_cuda_current_device(index: *mut i32) -> Status;
     pub(crate) fn tch_scope_built_with_cuda() -> i32;
+    fn tch_scope_fault_inject(op: *const std::ffi::c_char, times: i32);
     pub(crate) fn tch_scope_module_modes(
         module: *mut c_void,
         out: *mut u8,
@@ -71,6 +72,18 @@ pub(crate) fn check(status: Status) -> Result<(), String> {
     // lives until the next failing call on this thread; we copy it at once.
     let msg = unsafe { CStr::from_ptr(tch_scope_last_error()) };
     Err(msg.to_string_lossy().into_owned())
+}
+
+/// Test-only fault injection: the next `times` calls on this thread of the
+/// status-returning shim function `op` (`"tch_scope_rng_restore"`) fail with
+/// "injected fault in <op>"; `op = "*"` matches any of them; `times = 0`
+/// disarms. Compiled in always (one
+/// thread-local read per fallible shim call), reachable only through
+/// `__private`.
+pub fn inject_fault(op: &str, times: u32) {
+    let op = std::ffi::CString::new(op).expect("a shim function name has no NUL byte");
+    // SAFETY: a NUL-terminated string the shim copies; a plain integer.
+    unsafe { tch_scope_fault_inject(op.as_ptr(), i32::try_from(times).unwrap_or(i32::MAX)) }
 }
 
 /// Whether the shim was built against a CUDA libtorch (and so keeps

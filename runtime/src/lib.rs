@@ -87,6 +87,7 @@
 mod cmodule;
 mod device;
 mod error;
+mod exit;
 mod ffi;
 mod future;
 mod grad;
@@ -120,6 +121,7 @@ pub use device::{
     current_cuda_device, current_device,
 };
 pub use error::ScopeError;
+pub use exit::{ExitError, exit_errors_reported, reset_exit_hook, set_exit_hook};
 pub use future::{ScopeFutureExt, Scoped, Spanned};
 pub use grad::{
     EnableGrad, Grad, GradGuard, InferenceMode, InferenceModeGuard, NoGrad, is_grad_enabled,

@@ -5,6 +5,10 @@ pub use tch_scope_macros::{scoped_impl, try_scoped_impl};
 
 pub use crate::private_ctx::*;
 
+/// Test-only: makes the shim's `op` fail `times` times on this thread (see
+/// `ffi::inject_fault`); the fault-injection tests in `tests/faults.rs`.
+pub use crate::ffi::inject_fault;
+
 pub use crate::dist::{Backend as DistBackend, Distributed};
 pub use crate::{Chain, End, Scope, ScopeError, Scoped, Spanned};
 use crate::{

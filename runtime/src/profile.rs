@@ -21,7 +21,7 @@ use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::atomic::{self, warn};
+use crate::atomic;
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
@@ -67,8 +67,8 @@ impl Profile {
     }
 }
 
-/// Stops the profiler and writes the trace. A failure to write is reported
-/// on stderr (a guard's drop cannot return it).
+/// Stops the profiler and writes the trace. A failure to write goes to the
+/// exit hook ([`set_exit_hook`](crate::set_exit_hook); a drop cannot return it).
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct ProfileGuard {
@@ -113,10 +113,10 @@ impl Drop for ProfileGuard {
         });
         ACTIVE.store(false, Ordering::Release);
         if let Err(e) = written {
-            warn(format_args!(
-                "could not write the profile {}: {e}",
-                self.path.display()
-            ));
+            crate::exit::report(
+                "profile",
+                format_args!("could not write the profile {}: {e}", self.path.display()),
+            );
         }
     }
 }

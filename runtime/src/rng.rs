@@ -11,7 +11,6 @@
 use std::ffi::c_void;
 use std::marker::PhantomData;
 
-use crate::atomic::warn;
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
@@ -58,6 +57,8 @@ pub struct Seed(pub u64);
 #[derive(Debug)]
 pub struct RngGuard {
     state: *mut c_void,
+    /// `fork_rng` or `seed`, for an exit error.
+    scope: &'static str,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -68,6 +69,7 @@ fn save(scope: &'static str) -> Result<RngGuard, ScopeError> {
         .map_err(|e| ScopeError::new(scope, None, e))?;
     Ok(RngGuard {
         state,
+        scope,
         _not_send: PhantomData,
     })
 }
@@ -98,7 +100,10 @@ impl Drop for RngGuard {
         // SAFETY: `state` came from tch_scope_rng_save and is freed once.
         unsafe {
             if let Err(e) = ffi::check(tch_scope_rng_restore(self.state)) {
-                warn(format_args!("could not restore the RNG state: {e}"));
+                crate::exit::report(
+                    self.scope,
+                    format_args!("could not restore the RNG state: {e}"),
+                );
             }
             tch_scope_rng_free(self.state);
         }

@@ -226,13 +226,15 @@ impl<'a, T: Trainable + ?Sized> Scope for Mode<'a, T> {
         Ok(ModeGuard {
             model: self.model,
             modes: Some(modes),
+            word: self.word(),
         })
     }
 }
 
 /// Puts the model's modes found on entry back when dropped. Holds a shared
 /// borrow of the model, so the scope's body can use the model too. Never
-/// panics: if the modes can't be put back, it says so on stderr.
+/// panics: if the modes can't be put back, it tells the exit hook
+/// ([`set_exit_hook`](crate::set_exit_hook)).
 ///
 /// ```
 /// use tch_scope::{Mode, ModeGuard, Scope, Trainable, WithMode};
@@ -247,6 +249,8 @@ impl<'a, T: Trainable + ?Sized> Scope for Mode<'a, T> {
 pub struct ModeGuard<'a, T: Trainable + ?Sized> {
     model: &'a T,
     modes: Option<T::Modes>,
+    /// `eval` or `train`, for an exit error.
+    word: &'static str,
 }
 
 impl<T: Trainable + ?Sized> std::fmt::Debug for ModeGuard<'_, T> {
@@ -260,13 +264,12 @@ impl<T: Trainable + ?Sized> Drop for ModeGuard<'_, T> {
         let Some(modes) = self.modes.take() else {
             return;
         };
-        // Never panic in drop (it may run during unwinding): a failure is
-        // only reported on stderr, and a failed write is ignored.
+        // Never panic in drop (it may run during unwinding): a failure goes
+        // to the exit hook.
         if let Err(e) = self.model.restore_modes(modes) {
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "tch-scope: could not restore a model's train/eval mode: {e}"
+            crate::exit::report(
+                self.word,
+                format_args!("could not restore the model's train/eval modes: {e}"),
             );
         }
     }

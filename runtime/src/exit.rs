@@ -1,0 +1,137 @@
+//! Failures on the way out of a scope, and the hook that hears of them.
+//!
+//! A guard restores state in `Drop`, which cannot return an error and must
+//! not panic (it may run while a panic unwinds, and a second panic there
+//! aborts the process). So a restore that fails (the shim reports a C++
+//! exception, a checkpoint cannot be written) is handed to the exit hook
+//! and the guard carries on: the rest of the unwinding, the outer guards,
+//! the program.
+
+use std::borrow::Cow;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+/// A scope that could not put everything back when it was left: which
+/// scope, and why. Guards hand it to the hook set with [`set_exit_hook`]
+/// (by default, one line on stderr).
+///
+/// ```
+/// let e = tch_scope::ExitError::new("fork_rng", "generator gone");
+/// assert_eq!(e.to_string(), "could not leave `fork_rng` cleanly: generator gone");
+/// assert_eq!((e.scope(), e.reason()), ("fork_rng", "generator gone"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("could not leave `{scope}` cleanly: {reason}")]
+pub struct ExitError {
+    scope: Cow<'static, str>,
+    reason: String,
+}
+
+impl ExitError {
+    /// A new exit error for `scope` (the scope word: `"fork_rng"`,
+    /// `"eval"`) with a human-readable `reason`.
+    ///
+    /// ```
+    /// let e = tch_scope::ExitError::new("my_scope", "lost the handle");
+    /// assert_eq!(e.scope(), "my_scope");
+    /// ```
+    pub fn new(scope: impl Into<Cow<'static, str>>, reason: impl Into<String>) -> Self {
+        Self {
+            scope: scope.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The scope that could not be left cleanly.
+    ///
+    /// ```
+    /// assert_eq!(tch_scope::ExitError::new("autocast", "x").scope(), "autocast");
+    /// ```
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// What went wrong.
+    ///
+    /// ```
+    /// assert_eq!(tch_scope::ExitError::new("autocast", "why").reason(), "why");
+    /// ```
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+type Hook = Arc<dyn Fn(&ExitError) + Send + Sync>;
+
+static HOOK: RwLock<Option<Hook>> = RwLock::new(None);
+static REPORTED: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the function that hears of every [`ExitError`], on the thread
+/// where the guard was dropped, replacing the default (one line on stderr,
+/// plus a `tracing` error event with the `tracing` feature). Process-wide,
+/// like `std::panic::set_hook`.
+///
+/// The hook runs inside `Drop`, perhaps while a panic unwinds: keep it
+/// short. If it panics, the panic is caught and the error goes to stderr.
+///
+/// ```
+/// use std::sync::Mutex;
+/// static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// tch_scope::set_exit_hook(|e| SEEN.lock().unwrap().push(e.scope().to_owned()));
+/// // … a guard that fails to restore would be recorded in SEEN …
+/// tch_scope::reset_exit_hook();
+/// ```
+pub fn set_exit_hook(hook: impl Fn(&ExitError) + Send + Sync + 'static) {
+    *HOOK.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(hook));
+}
+
+/// Puts the default exit hook back (one line on stderr).
+///
+/// ```
+/// tch_scope::set_exit_hook(|_| {});
+/// tch_scope::reset_exit_hook();
+/// ```
+pub fn reset_exit_hook() {
+    *HOOK.write().unwrap_or_else(PoisonError::into_inner) = None;
+}
+
+/// How many exit errors this process has reported so far (to any hook).
+///
+/// ```
+/// let n = tch_scope::exit_errors_reported();
+/// assert!(tch_scope::exit_errors_reported() >= n);
+/// ```
+pub fn exit_errors_reported() -> u64 {
+    REPORTED.load(Ordering::Relaxed)
+}
+
+/// Reports a failed restore. Never panics, never blocks on another hook
+/// call: the hook is cloned out of the lock before it runs, so a hook may
+/// itself set a hook or drop a failing guard.
+pub(crate) fn report(scope: impl Into<Cow<'static, str>>, reason: impl std::fmt::Display) {
+    REPORTED.fetch_add(1, Ordering::Relaxed);
+    let error = ExitError::new(scope, reason.to_string());
+    let hook = HOOK.read().unwrap_or_else(PoisonError::into_inner).clone();
+    match hook {
+        Some(hook) => {
+            if catch_unwind(AssertUnwindSafe(|| hook(&error))).is_err() {
+                default_hook(&error);
+                stderr_line(format_args!("(the exit hook panicked on the error above)"));
+            }
+        }
+        None => default_hook(&error),
+    }
+}
+
+fn default_hook(error: &ExitError) {
+    #[cfg(feature = "tracing")]
+    tracing::error!(scope = error.scope(), reason = error.reason(), "{error}");
+    stderr_line(format_args!("{error}"));
+}
+
+/// One line on stderr; a failed write is ignored (there is nowhere else).
+fn stderr_line(msg: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "tch-scope: {msg}");
+}
