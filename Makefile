@@ -31,8 +31,11 @@ lint: libtorch
 fmt:
 	$(CARGO) fmt --all
 
+# Criterion benches, libtorch's C++ guards, PyTorch Python, the MLP
+# workload and the macros' compile cost, in one run; prints the README's
+# table and keeps it in target/bench/README-table.md (scripts/bench/run.sh).
 bench: libtorch
-	$(CARGO) bench -p tch-scope --bench scopes
+	CARGO="$(CARGO)" bash scripts/bench/run.sh
 
 # Hardening (issue 10). `make test` runs these at CI size: 10 000 fuzz
 # cases, 8 threads x 100 000 scopes (sync and async).

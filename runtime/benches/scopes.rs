@@ -1,20 +1,22 @@
-//! Enter + leave cost of each scope word, beside the raw tch equivalent.
-//! `make bench`; the README's table comes from here.
+//! Enter + leave cost of each scope word, beside the raw tch equivalent
+//! where tch has one. `make bench` runs this with PyTorch Python's numbers
+//! (scripts/bench/) and prints the README's table.
+//!
+//! Ids are `<word>/<impl>`: `tch_scope` is `scoped!(word => …)`, `tch` the
+//! raw tch call; scripts/bench/collect.py reads them by these names.
 
 use std::hint::black_box;
+use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use tch_scope::{NoGrad, Scope, scoped};
 
 fn grad(c: &mut Criterion) {
     let mut g = c.benchmark_group("no_grad");
-    g.bench_function("tch::no_grad_guard", |b| {
-        b.iter(|| black_box(tch::no_grad_guard()));
-    });
-    g.bench_function("tch_scope scoped!", |b| {
+    g.bench_function("tch_scope", |b| {
         b.iter(|| scoped!(no_grad => black_box(1)));
     });
-    g.bench_function("tch_scope #[no_grad] fn", |b| {
+    g.bench_function("tch_scope_attr", |b| {
         #[tch_scope::no_grad]
         #[inline(never)]
         fn f() -> i32 {
@@ -22,39 +24,144 @@ fn grad(c: &mut Criterion) {
         }
         b.iter(f);
     });
-    g.bench_function("tch_scope NoGrad.enter()", |b| {
+    g.bench_function("tch_scope_enter", |b| {
         b.iter(|| black_box(NoGrad.enter().unwrap()));
+    });
+    g.bench_function("tch", |b| {
+        b.iter(|| black_box(tch::no_grad_guard()));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("enable_grad");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(enable_grad => black_box(1)));
+    });
+    g.bench_function("tch", |b| {
+        b.iter(|| tch::with_grad(|| black_box(1)));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("grad");
+    let flag = black_box(false);
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(grad(flag) => black_box(1)));
     });
     g.finish();
 
     let mut g = c.benchmark_group("inference_mode");
-    g.bench_function("tch_scope scoped!", |b| {
+    g.bench_function("tch_scope", |b| {
         b.iter(|| scoped!(inference_mode => black_box(1)));
-    });
-    g.finish();
-
-    let mut g = c.benchmark_group("device");
-    g.bench_function("tch_scope scoped!(device(cpu))", |b| {
-        b.iter(|| scoped!(device(cpu) => black_box(1)));
     });
     g.finish();
 }
 
-/// `no_grad, eval(model)` on the tests' TorchScript model (5 modules:
-/// Linear, BatchNorm1d, Dropout, Linear): save every module's mode, switch
-/// all to eval, restore each.
-fn eval(c: &mut Criterion) {
+fn others(c: &mut Criterion) {
+    let mut g = c.benchmark_group("device");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(device(cpu) => black_box(1)));
+    });
+    g.finish();
+
+    // The target: timed enter + exit + record within 2x of the two clock
+    // reads any timer needs.
+    let mut g = c.benchmark_group("timed");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(timed => black_box(1)));
+    });
+    g.bench_function("instant_x2", |b| {
+        b.iter(|| {
+            let t = Instant::now();
+            black_box(1);
+            black_box(t.elapsed())
+        });
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("memory_scope");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(memory_scope => black_box(1)));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("seed");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(seed(7) => black_box(1)));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("fork_rng");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(fork_rng => black_box(1)));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("autocast");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(autocast(cpu, bf16) => black_box(1)));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("record");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(record("x") => black_box(1)));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("detect_anomaly");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(detect_anomaly => black_box(1)));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("deterministic");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(deterministic => black_box(1)));
+    });
+    g.finish();
+}
+
+/// `eval(model)`, `train(model)` and `no_grad, eval(model)` on the tests'
+/// TorchScript model (5 modules: root, Linear, BatchNorm1d, Dropout,
+/// Linear): save every module's mode, switch all, restore each.
+fn modes(c: &mut Criterion) {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/bn_dropout.pt");
     let model =
         tch::CModule::load(path).expect("tests/data/bn_dropout.pt (scripts/export_models.py)");
-    let mut g = c.benchmark_group("eval");
-    g.bench_function("tch_scope scoped!(no_grad, eval(model))", |b| {
-        b.iter(|| scoped!(no_grad, eval(model) => black_box(1)));
-    });
     let mut plain = tch::CModule::load(path).unwrap();
-    g.bench_function("tch no_grad_guard + set_eval + set_train", |b| {
+
+    let mut g = c.benchmark_group("eval");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(eval(model) => black_box(1)));
+    });
+    g.bench_function("tch", |b| {
         // Not a restore: tch can't read the mode, so this only sets it back
         // to training (what the model was).
+        b.iter(|| {
+            plain.set_eval();
+            black_box(1);
+            plain.set_train();
+        });
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("train");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(train(model) => black_box(1)));
+    });
+    g.bench_function("tch", |b| {
+        b.iter(|| {
+            plain.set_train();
+            black_box(1);
+            plain.set_train();
+        });
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("no_grad_eval");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(no_grad, eval(model) => black_box(1)));
+    });
+    g.bench_function("tch", |b| {
         b.iter(|| {
             let _g = tch::no_grad_guard();
             plain.set_eval();
@@ -65,5 +172,5 @@ fn eval(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, grad, eval);
+criterion_group!(benches, grad, others, modes);
 criterion_main!(benches);

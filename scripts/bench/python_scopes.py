@@ -1,0 +1,140 @@
+"""Enter + leave cost of PyTorch's Python context managers, one per
+tch-scope word, for the benchmark table (`make bench`).
+
+Each statement is a full `with` (construct, __enter__, __exit__) with an
+empty body, what a user pays per scope. timeit: auto-ranged loop count,
+7 repeats, median per call in ns. Writes JSON {word: ns} to argv[1].
+
+Run with the bootstrap's venv python (torch 2.13).
+"""
+
+import json
+import pathlib
+import sys
+import time
+import timeit
+import warnings
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MODEL = ROOT / "tests" / "data" / "bn_dropout.pt"
+
+
+class Timer:
+    """The cheapest honest Python timer: two perf_counter_ns() reads and a
+    per-name total, like `timed` (PyTorch has no timer context manager)."""
+
+    totals = {}
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        self.start = time.perf_counter_ns()
+
+    def __exit__(self, *exc):
+        t = Timer.totals
+        t[self.name] = t.get(self.name, 0) + time.perf_counter_ns() - self.start
+
+
+class EvalMode:
+    """`eval(model)`: the usual helper — remember `training`, eval(), then
+    train(was). (It restores only the root's flag into every submodule;
+    tch-scope restores each submodule's own flag, which costs more.)"""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.was = self.model.training
+        self.model.eval()
+
+    def __exit__(self, *exc):
+        self.model.train(self.was)
+
+
+class TrainMode(EvalMode):
+    def __enter__(self):
+        self.was = self.model.training
+        self.model.train()
+
+
+class Deterministic:
+    """`deterministic`: PyTorch has a setter, not a context manager."""
+
+    def __enter__(self):
+        self.was = torch.are_deterministic_algorithms_enabled()
+        self.warn = torch.is_deterministic_algorithms_warn_only_enabled()
+        torch.use_deterministic_algorithms(True)
+
+    def __exit__(self, *exc):
+        torch.use_deterministic_algorithms(self.was, warn_only=self.warn)
+
+
+class Seed:
+    """`seed(n)`: fork_rng() + manual_seed(n), CPU generator only (as on
+    this machine tch-scope forks only the CPU generator)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __enter__(self):
+        self.fork = torch.random.fork_rng(devices=[])
+        self.fork.__enter__()
+        torch.manual_seed(self.n)
+
+    def __exit__(self, *exc):
+        return self.fork.__exit__(*exc)
+
+
+def main():
+    out = pathlib.Path(sys.argv[1])
+    warnings.simplefilter("ignore")  # detect_anomaly warns on every entry
+    torch.set_num_threads(torch.get_num_threads())
+    model = torch.jit.load(str(MODEL))
+    env = {
+        "torch": torch,
+        "model": model,
+        "Timer": Timer,
+        "EvalMode": EvalMode,
+        "TrainMode": TrainMode,
+        "Deterministic": Deterministic,
+        "Seed": Seed,
+    }
+    cases = {
+        "no_grad": "torch.no_grad()",
+        "enable_grad": "torch.enable_grad()",
+        "grad": "torch.set_grad_enabled(False)",
+        "inference_mode": "torch.inference_mode()",
+        "device": 'torch.device("cpu")',
+        "timed": 'Timer("x")',
+        "seed": "Seed(7)",
+        "fork_rng": "torch.random.fork_rng(devices=[])",
+        "autocast": 'torch.autocast("cpu", dtype=torch.bfloat16)',
+        "record": 'torch.profiler.record_function("x")',
+        "detect_anomaly": "torch.autograd.detect_anomaly()",
+        "deterministic": "Deterministic()",
+        "eval": "EvalMode(model)",
+        "train": "TrainMode(model)",
+        "no_grad_eval": "torch.no_grad(), EvalMode(model)",
+    }
+    results = {}
+    for word, cm in cases.items():
+        t = timeit.Timer(f"with {cm}:\n    pass", globals=env)
+        n, _ = t.autorange()
+        n = max(n // 2, 1)  # ~0.1 s per repeat
+        runs = sorted(t.repeat(repeat=7, number=n))
+        results[word] = runs[len(runs) // 2] / n * 1e9
+        print(f"  python {word:<16} {results[word]:10.1f} ns", file=sys.stderr)
+    results["_meta"] = {
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "threads": torch.get_num_threads(),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark in one run on one machine, then one
+# markdown report (stdout and target/bench/README-table.md).
+#   1. libtorch's own C++ guards (c10_guards.cpp), the floor
+#   2. criterion: each scope word, tch-scope and raw tch (runtime/benches/scopes.rs)
+#   3. PyTorch Python's context managers (python_scopes.py)
+#   4. the deep-MLP workload, each variant in its own process, Rust and Python
+#   5. compile cost of the macros (compile_cost.py; slow on its first run)
+# Steps run one after another so they don't compete for the cores.
+# Benchmarks report; nothing here fails on a missed target.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+OUT=target/bench
+PY="${TCH_SCOPE_PYTHON:-${XDG_CACHE_HOME:-$HOME/.cache}/tch-scope/venv-torch-2.13.0/bin/python}"
+CARGO="${CARGO:-cargo}"
+WARM="${BENCH_WARM_UP:-1}"
+MEASURE="${BENCH_MEASURE:-2}"
+say() { echo "bench: $*" >&2; }
+
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json "$OUT"/*.jsonl
+cat /proc/loadavg >"$OUT/loadavg-start"
+
+say "building the benches"
+"$CARGO" bench -p tch-scope --no-run --quiet
+
+if command -v g++ >/dev/null; then
+  say "libtorch C++ guards"
+  torch=$(readlink -f .libtorch)
+  g++ -O2 -std=c++20 -D_GLIBCXX_USE_CXX11_ABI=1 -w -I"$torch/include" \
+    scripts/bench/c10_guards.cpp -o "$OUT/c10_guards" \
+    -L"$torch/lib" -Wl,--no-as-needed -ltorch_cpu -lc10 -Wl,-rpath,"$torch/lib"
+  "$OUT/c10_guards" >"$OUT/c10.json" 2>/dev/null
+else
+  say "no g++: skipping libtorch's C++ guards"
+fi
+
+say "criterion (scopes)"
+export CRITERION_HOME="$PWD/$OUT/criterion"
+rm -rf "$CRITERION_HOME"
+"$CARGO" bench -p tch-scope --bench scopes --quiet -- \
+  --warm-up-time "$WARM" --measurement-time "$MEASURE" --noplot 2>&1 |
+  grep -E '^[a-z_]+/|time:' >&2
+
+if [ -x "$PY" ]; then
+  say "PyTorch Python context managers"
+  "$PY" -W ignore scripts/bench/python_scopes.py "$OUT/python.json"
+else
+  say "no $PY (make libtorch installs it): no Python columns"
+fi
+
+# Rounds interleave the variants, so a burst of load elsewhere doesn't land
+# on one variant only; collect.py keeps each variant's fastest process.
+say "MLP workload, one process per variant, ${MLP_ROUNDS:=2} rounds"
+for _ in $(seq "$MLP_ROUNDS"); do
+  for v in grad no_grad inference_mode; do
+    "$CARGO" bench -p tch-scope --bench mlp --quiet -- "$v" >>"$OUT/mlp.jsonl"
+    if [ -x "$PY" ]; then
+      "$PY" -W ignore scripts/bench/python_mlp.py "$v" >>"$OUT/mlp.jsonl"
+    fi
+  done
+done
+
+say "compile cost"
+python3 scripts/bench/compile_cost.py "$OUT/compile_cost.json"
+
+cat /proc/loadavg >"$OUT/loadavg-end"
+python3 scripts/bench/collect.py "$OUT" | tee "$OUT/README-table.md"
