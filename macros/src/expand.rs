@@ -249,7 +249,7 @@ pub(crate) fn fn_body(
     // `E: From<ScopeError>` is required of a `Result` return; rustc's
     // error for a missing impl then points at the return type.
     let on_err = if let Some(ty) = result_type(&sig.output) {
-        let from = quote_spanned!(ty.span()=> ::core::convert::From::from(#err));
+        let from = quote_spanned!(ty.span()=> #rt::__private::ErrorFromScope::from_scope(#err));
         quote!(return ::core::result::Result::Err(#from))
     } else {
         quote!(#rt::__private::panic_scope_error(#err))

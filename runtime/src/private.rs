@@ -100,6 +100,24 @@ pub fn enter_or_panic<S: Scope>(mut scope: S) -> S::Guard {
     }
 }
 
+/// `E::from(ScopeError)` for a scoped function returning `Result<_, E>`,
+/// with a message that says what to do when `E` can't hold one.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot hold a `ScopeError`, which this function returns when a scope can't be entered",
+    label = "the error type of a scoped function must implement `From<tch_scope::ScopeError>`",
+    note = "implement `From<tch_scope::ScopeError>` for `{Self}`, return an error type that has it (`Box<dyn std::error::Error>`, `anyhow::Error`), or return a non-`Result` type to panic with the `ScopeError` instead"
+)]
+pub trait ErrorFromScope {
+    fn from_scope(e: ScopeError) -> Self;
+}
+
+impl<E: From<ScopeError>> ErrorFromScope for E {
+    #[inline(always)]
+    fn from_scope(e: ScopeError) -> Self {
+        E::from(e)
+    }
+}
+
 #[cold]
 #[track_caller]
 pub fn panic_scope_error(e: ScopeError) -> ! {

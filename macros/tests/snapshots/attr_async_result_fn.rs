@@ -37,7 +37,7 @@ async fn load(path: &Path) -> io::Result<Tensor> {
         ::core::result::Result::Ok(__tch_scope_value) => __tch_scope_value,
         ::core::result::Result::Err(__tch_scope_err) => {
             return ::core::result::Result::Err(
-                ::core::convert::From::from(__tch_scope_err),
+                ::tch_scope::__private::ErrorFromScope::from_scope(__tch_scope_err),
             );
         }
     }

@@ -13,7 +13,7 @@ fn step(batch: &Batch) -> io::Result<f64> {
         ::core::result::Result::Ok(__tch_scope_entered) => __tch_scope_entered,
         ::core::result::Result::Err(__tch_scope_err) => {
             return ::core::result::Result::Err(
-                ::core::convert::From::from(__tch_scope_err),
+                ::tch_scope::__private::ErrorFromScope::from_scope(__tch_scope_err),
             );
         }
     };
@@ -31,7 +31,7 @@ fn step(batch: &Batch) -> io::Result<f64> {
         ::core::result::Result::Ok(__tch_scope_entered) => __tch_scope_entered,
         ::core::result::Result::Err(__tch_scope_err) => {
             return ::core::result::Result::Err(
-                ::core::convert::From::from(__tch_scope_err),
+                ::tch_scope::__private::ErrorFromScope::from_scope(__tch_scope_err),
             );
         }
     };
