@@ -15,6 +15,7 @@ all: test
 libtorch:
 	@bash $(BOOTSTRAP) >/dev/null
 	@bash scripts/bootstrap-gloo.sh
+	@bash scripts/bootstrap-cuda-headers.sh
 
 demo: libtorch
 	$(CARGO) run -p examples --example demo

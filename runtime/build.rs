@@ -47,13 +47,16 @@ fn main() {
         .files(["csrc/rng.cpp", "csrc/autocast.cpp", "csrc/profile.cpp"])
         .file("csrc/global_modes.cpp")
         .file("csrc/cuda_link.cpp");
-    distributed::configure(&mut build, &include);
+    let nccl = distributed::configure(&mut build, &include, &lib);
     let asan_runtime = sanitize(&mut build);
     if cuda {
         build.define("TCH_SCOPE_CUDA", None);
         println!("cargo::rustc-cfg=tch_scope_cuda");
     }
     build.compile("tch_scope_shim");
+    if let Some(nccl) = nccl {
+        distributed::build_nccl(nccl, &include, &lib);
+    }
     if cuda {
         // After the archive that refers to it, so the reference keeps it.
         println!("cargo::rustc-link-lib=dylib=torch_cuda");

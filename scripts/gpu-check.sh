@@ -5,7 +5,8 @@
 #  - the linkage check (libtorch_cuda stays loaded in every binary),
 #  - tests/gpu.rs: CUDA available, device(0) scopes, `timed` with and
 #    without sync around large matmuls, gpu_memory_scope against
-#    torch.cuda.memory_allocated() from the same PyTorch,
+#    torch.cuda.memory_allocated() from the same PyTorch, and
+#    distributed(backend = nccl) collectives on CUDA tensors,
 #  - the CUDA branches of the other suites (seed on CUDA generators, the
 #    device and memory errors), which also run on CPU-only machines.
 # About 5 minutes after the first build on one GPU.
@@ -15,6 +16,7 @@ start=$(date +%s)
 
 bash scripts/bootstrap-libtorch.sh >/dev/null
 bash scripts/bootstrap-gloo.sh
+bash scripts/bootstrap-cuda-headers.sh
 venv=$(cd .libtorch/../../../.. && pwd)
 export TCH_SCOPE_PYTHON="${TCH_SCOPE_PYTHON:-$venv/bin/python}"
 
@@ -25,6 +27,7 @@ cargo build --workspace --all-targets
 bash scripts/check-linkage.sh
 cargo test -p tch-scope-tests --test gpu -- --ignored --test-threads 1 --nocapture
 cargo test -p tch-scope-tests --test integration device
+cargo test -p tch-scope-tests --test integration distributed
 cargo test -p tch-scope-tests --test memory
 cargo test -p tch-scope-tests --test process_wide seed
 

@@ -362,7 +362,31 @@ fn bad_arguments_are_scope_errors() {
     let e =
         try_scoped!(distributed(backend = nccl, rank = 0, world_size = 1, master = "h:1") => ())
             .unwrap_err();
-    assert!(e.reason().contains("nccl backend is not built"), "{e}");
+    // NCCL is built with a CUDA libtorch (as the bootstrap's) and the CUDA
+    // headers; it still needs a CUDA device to join.
+    if !tch_scope::dist::Backend::Nccl.is_available() {
+        assert!(e.reason().contains("nccl backend is not built"), "{e}");
+    } else if tch_scope::cuda_device_count() == 0 {
+        assert!(e.reason().contains("needs a CUDA device"), "{e}");
+    }
+}
+
+/// NCCL is built with the bootstrap's CUDA wheel once `make` has completed
+/// its CUDA headers, and never without CUDA.
+#[test]
+fn nccl_is_built_with_a_cuda_libtorch_and_its_headers() {
+    let nccl = tch_scope::dist::Backend::Nccl.is_available();
+    if !tch_scope::built_with_cuda() {
+        assert!(!nccl, "nccl without a CUDA libtorch");
+        return;
+    }
+    let nvidia = concat!(env!("CARGO_MANIFEST_DIR"), "/../.libtorch/../nvidia");
+    let headers = std::fs::read_dir(nvidia)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.path().join("include/crt/host_config.h").exists());
+    assert_eq!(nccl, headers, "nccl built iff the CUDA headers are there");
 }
 
 #[test]

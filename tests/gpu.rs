@@ -154,3 +154,39 @@ fn gpu_memory_scope_sees_exactly_what_pytorch_sees() {
     assert_eq!(outer.name, "gpu::outer");
     assert_eq!(outer.peak_growth(), want, "{outer:?}");
 }
+
+/// `distributed(backend = nccl)`: a group of one on cuda:0 (NCCL refuses
+/// two ranks on one GPU), with every collective on a CUDA tensor.
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-check.sh"]
+fn nccl_collectives_on_cuda_tensors() {
+    use tch_scope::dist::{self, ReduceOp};
+    need_cuda();
+    assert!(dist::Backend::Nccl.is_available(), "built without nccl");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let master = format!("127.0.0.1:{port}");
+    let (sum, max, bcast) = scoped!(device(0), distributed(backend = nccl, rank = 0, world_size = 1, master = master) => {
+        let group = dist::current().unwrap();
+        let mut t = Tensor::arange(4, (Kind::Float, Device::Cuda(0)));
+        group.all_reduce(&mut t, ReduceOp::Sum).unwrap();
+        let mut m = Tensor::ones([3], (Kind::Float, Device::Cuda(0)));
+        group.all_reduce(&mut m, ReduceOp::Max).unwrap();
+        let mut b = Tensor::full([2], 7.0, (Kind::Float, Device::Cuda(0)));
+        group.broadcast(&mut b, 0).unwrap();
+        group.barrier().unwrap();
+        (Vec::<f32>::try_from(t.to(Device::Cpu)).unwrap(),
+         Vec::<f32>::try_from(m.to(Device::Cpu)).unwrap(),
+         Vec::<f32>::try_from(b.to(Device::Cpu)).unwrap())
+    });
+    assert_eq!(sum, [0.0, 1.0, 2.0, 3.0]);
+    assert_eq!(max, [1.0; 3]);
+    assert_eq!(bcast, [7.0; 2]);
+    assert!(
+        dist::current().is_err(),
+        "the group is gone after the scope"
+    );
+}

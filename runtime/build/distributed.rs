@@ -7,14 +7,20 @@
 //! `.cargo/config.toml`. Without them the file compiles to stubs that
 //! report why (`dist::Backend::Gloo.is_available()` is then false).
 //!
-//! NCCL is not built: `ProcessGroupNCCL.hpp` needs `cuda_runtime.h`'s
-//! `crt/` headers, which the CUDA wheels don't ship, so `nccl` is a run-time
-//! error even with a CUDA libtorch.
+//! NCCL (`csrc/nccl.cpp`) is built when the libtorch has CUDA and the CUDA
+//! and NCCL headers are found: beside the bootstrap's wheel
+//! (`<torch>/../nvidia/cu*/include`, completed with `crt/` and `nv/` by
+//! `scripts/bootstrap-cuda-headers.sh`, and `<torch>/../nvidia/nccl/include`)
+//! or in `TCH_SCOPE_CUDA_INCLUDE` (folders joined by `:`). Otherwise `nccl`
+//! is a run-time `ScopeError` that says why.
 
 use std::env;
 use std::path::{Path, PathBuf};
 
-pub fn configure(build: &mut cc::Build, include: &Path) {
+/// Include folders for `csrc/nccl.cpp`, when it can be built.
+pub struct Nccl(Vec<PathBuf>);
+
+pub fn configure(build: &mut cc::Build, include: &Path, lib: &Path) -> Option<Nccl> {
     println!("cargo::rerun-if-env-changed=TCH_SCOPE_GLOO_INCLUDE");
     build.file("csrc/distributed.cpp");
     let Some(gloo) = gloo_include() else {
@@ -22,7 +28,7 @@ pub fn configure(build: &mut cc::Build, include: &Path) {
             "cargo::warning=tch-scope: no gloo headers (run scripts/bootstrap-gloo.sh or set \
              TCH_SCOPE_GLOO_INCLUDE); building without the `distributed` scope"
         );
-        return;
+        return None;
     };
     // Watch the headers' own file: a link that appears later is covered
     // by the env var (cargo reruns a script when a watched path is missing,
@@ -37,6 +43,84 @@ pub fn configure(build: &mut cc::Build, include: &Path) {
         .include(include.join("torch/csrc/api/include"))
         .define("USE_C10D_GLOO", None)
         .define("TCH_SCOPE_GLOO", None);
+    let nccl = nccl_include(include, lib)?;
+    build.define("TCH_SCOPE_NCCL", None);
+    Some(Nccl(nccl))
+}
+
+/// Compiles `csrc/nccl.cpp` into an archive of its own, after the shim's
+/// (which refers to it), with the CUDA defines only it may see.
+pub fn build_nccl(Nccl(dirs): Nccl, include: &Path, lib: &Path) {
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .pic(true)
+        .std("c++20")
+        .include(include)
+        .include(include.join("torch/csrc/api/include"))
+        .includes(&dirs)
+        .define("_GLIBCXX_USE_CXX11_ABI", "1")
+        .define("USE_C10D_NCCL", None)
+        .define("USE_CUDA", None)
+        .flag_if_supported("-Wno-interference-size")
+        .flag_if_supported("-Wno-unused-parameter")
+        .file("csrc/nccl.cpp");
+    build.compile("tch_scope_nccl");
+    // ProcessGroupNCCL's code is in libtorch_cuda (linked by build.rs);
+    // its inline parts call NCCL, which the linker wants named too.
+    if let Some(nccl_lib) = nccl_lib(lib) {
+        println!("cargo::rustc-link-search=native={}", nccl_lib.display());
+        println!("cargo::rustc-link-arg=-Wl,-rpath,{}", nccl_lib.display());
+    }
+    println!("cargo::rustc-link-lib=dylib=torch_cuda");
+}
+
+/// The CUDA and NCCL include folders, if every header nccl.cpp reaches is
+/// there; `None` (with a build warning) otherwise.
+fn nccl_include(include: &Path, lib: &Path) -> Option<Vec<PathBuf>> {
+    println!("cargo::rerun-if-env-changed=TCH_SCOPE_CUDA_INCLUDE");
+    if !lib.join("libtorch_cuda.so").exists() {
+        return None;
+    }
+    let dirs: Vec<PathBuf> = match env::var_os("TCH_SCOPE_CUDA_INCLUDE") {
+        Some(list) => env::split_paths(&list).collect(),
+        None => {
+            let nvidia = include.join("../../nvidia");
+            let mut dirs: Vec<PathBuf> = std::fs::read_dir(&nvidia)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path().join("include"))
+                .filter(|p| p.join("cuda_runtime.h").exists())
+                .collect();
+            dirs.push(nvidia.join("nccl/include"));
+            dirs
+        }
+    };
+    let needed = ["cuda_runtime.h", "crt/host_config.h", "nv/target", "nccl.h"];
+    let missing: Vec<&str> = needed
+        .into_iter()
+        .filter(|h| !dirs.iter().any(|d| d.join(h).exists()))
+        .collect();
+    // Watched either way, so headers installed later turn NCCL on.
+    for d in dirs.iter().filter(|d| d.exists()) {
+        println!("cargo::rerun-if-changed={}", d.display());
+    }
+    if missing.is_empty() {
+        return Some(dirs);
+    }
+    println!(
+        "cargo::warning=tch-scope: CUDA libtorch without {} (run scripts/bootstrap-cuda-headers.sh \
+         or set TCH_SCOPE_CUDA_INCLUDE); building without the nccl backend",
+        missing.join(", ")
+    );
+    None
+}
+
+/// NCCL's lib folder beside the wheel's torch, if there.
+fn nccl_lib(lib: &Path) -> Option<PathBuf> {
+    let dir = lib.join("../../nvidia/nccl/lib");
+    dir.join("libnccl.so.2").exists().then_some(dir)
 }
 
 fn gloo_include() -> Option<PathBuf> {

@@ -20,8 +20,17 @@
 
 struct tch_scope_dist_group {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  c10::intrusive_ptr<c10d::Backend> pg;
 };
+
+#ifdef TCH_SCOPE_NCCL
+namespace tch_scope {
+// nccl.cpp: built apart, with the CUDA defines the rest must not see.
+c10::intrusive_ptr<c10d::Backend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
+                                            int32_t rank, int32_t world_size,
+                                            std::chrono::milliseconds timeout);
+}  // namespace tch_scope
+#endif
 
 namespace {
 
@@ -74,13 +83,21 @@ c10d::ReduceOp reduce_op(int32_t op) {
 
 extern "C" {
 
-int32_t tch_scope_dist_has_backend(int32_t backend) { return backend == 0 ? 1 : 0; }
+int32_t tch_scope_dist_has_backend(int32_t backend) {
+#ifdef TCH_SCOPE_NCCL
+  return backend == 0 || backend == 1 ? 1 : 0;
+#else
+  return backend == 0 ? 1 : 0;
+#endif
+}
 
 tch_scope_status tch_scope_dist_init(int32_t backend, const char* host, uint16_t port,
                                      int32_t rank, int32_t world_size, bool store_server,
                                      int64_t timeout_ms, tch_scope_dist_group** out) {
   return tch_scope::guarded([&] {
-    if (backend != 0) throw std::invalid_argument("this shim was built with Gloo only");
+    if (tch_scope_dist_has_backend(backend) == 0) {
+      throw std::invalid_argument("this shim was built without the nccl backend");
+    }
     auto timeout = std::chrono::milliseconds(timeout_ms);
     // As torch.distributed.rendezvous._create_c10d_store.
     c10d::TCPStoreOptions opts;
@@ -91,10 +108,20 @@ tch_scope_status tch_scope_dist_init(int32_t backend, const char* host, uint16_t
     opts.multiTenant = true;
     auto tcp = c10::make_intrusive<c10d::TCPStore>(host, opts);
     // As init_process_group + _new_process_group_helper for the first
-    // (default) group: "default_pg", group name "0", device "cpu".
+    // (default) group: "default_pg", group name "0", device "cpu" (gloo)
+    // or "cuda" (nccl).
     c10::intrusive_ptr<c10d::Store> store =
         c10::make_intrusive<c10d::PrefixStore>("default_pg", tcp);
     store = c10::make_intrusive<c10d::PrefixStore>("0/", store);
+#ifdef TCH_SCOPE_NCCL
+    if (backend == 1) {
+      store = c10::make_intrusive<c10d::PrefixStore>("cuda/", store);
+      auto pg = tch_scope::make_nccl(store, rank, world_size, timeout);
+      pg->setSequenceNumberForGroup();
+      *out = new tch_scope_dist_group{tcp, pg};
+      return;
+    }
+#endif
     store = c10::make_intrusive<c10d::PrefixStore>("cpu/", store);
     auto options = c10d::ProcessGroupGloo::Options::create(timeout);
     options->devices = devices(host);

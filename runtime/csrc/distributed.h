@@ -18,7 +18,8 @@ int32_t tch_scope_dist_has_backend(int32_t backend);
 
 // Joins a group: the TCPStore on host:port (served by this process when
 // `store_server`), PrefixStore("default_pg") -> "0/" -> "cpu/", then
-// ProcessGroupGloo. Blocks until every rank has joined or `timeout_ms`
+// ProcessGroupGloo (backend 0), or "cuda/" and ProcessGroupNCCL (backend 1,
+// when built with it). Blocks until every rank has joined or `timeout_ms`
 // passes; the same timeout bounds every later collective.
 tch_scope_status tch_scope_dist_init(int32_t backend, const char* host, uint16_t port,
                                      int32_t rank, int32_t world_size, bool store_server,

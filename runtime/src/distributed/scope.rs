@@ -23,9 +23,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub enum Backend {
     /// Gloo: CPU tensors, any machine. PyTorch's `"gloo"`.
     Gloo,
-    /// NCCL: CUDA tensors. Not available in this build of tch-scope (the
-    /// torch wheel lacks the CUDA headers `ProcessGroupNCCL.hpp` needs), so
-    /// entering it is a [`ScopeError`] that says so.
+    /// NCCL: CUDA tensors, each rank's on its own device (`cuda:LOCAL_RANK`
+    /// under torchrun). Built only with a CUDA libtorch and the CUDA
+    /// headers (`scripts/bootstrap-cuda-headers.sh`, run by `make`);
+    /// entering it without them, or on a machine without a CUDA device, is
+    /// a [`ScopeError`] that says so.
     Nccl,
 }
 
@@ -46,7 +48,9 @@ impl Backend {
     ///
     /// ```
     /// use tch_scope::dist::Backend;
-    /// assert!(!Backend::Nccl.is_available());
+    /// if !tch_scope::built_with_cuda() {
+    ///     assert!(!Backend::Nccl.is_available());
+    /// }
     /// ```
     pub fn is_available(self) -> bool {
         let code = match self {
@@ -212,9 +216,16 @@ impl Distributed {
         let setup = Setup::read(&self.source).map_err(err)?;
         if self.backend == Backend::Nccl && !Backend::Nccl.is_available() {
             return Err(err(
-                "the nccl backend is not built into tch-scope: ProcessGroupNCCL needs CUDA \
-                 headers (crt/host_config.h) that the torch wheel does not ship; use \
-                 `backend = gloo`"
+                "the nccl backend is not built into tch-scope: it needs a CUDA libtorch and \
+                 the CUDA and NCCL headers (run scripts/bootstrap-cuda-headers.sh, or set \
+                 TCH_SCOPE_CUDA_INCLUDE, and rebuild); use `backend = gloo` for CPU tensors"
+                    .into(),
+            ));
+        }
+        if self.backend == Backend::Nccl && crate::cuda_device_count() == 0 {
+            return Err(err(
+                "the nccl backend needs a CUDA device, and libtorch sees none on this \
+                 machine; use `backend = gloo` for CPU tensors"
                     .into(),
             ));
         }
@@ -231,7 +242,10 @@ impl Distributed {
         // SAFETY: `host` outlives the call; `raw` receives a group we own.
         check(unsafe {
             ffi::tch_scope_dist_init(
-                0,
+                match self.backend {
+                    Backend::Gloo => 0,
+                    Backend::Nccl => 1,
+                },
                 host.as_ptr(),
                 setup.port,
                 setup.rank as i32,
