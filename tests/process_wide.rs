@@ -78,6 +78,31 @@ fn seed_and_fork_rng_leave_the_stream_untouched() {
     );
 }
 
+/// The generator's cached normal sample is part of its state: a CPU normal
+/// draw of fewer than 16 values makes Box–Muller pairs and keeps the second
+/// value for the next draw. The draw after the scope takes the value cached
+/// before it, as it would have had the scope never run.
+#[test]
+fn fork_rng_and_seed_keep_the_cached_normal_sample() {
+    let _s = serial();
+    let randn = |n: i64| -> Vec<f64> {
+        Vec::try_from(Tensor::randn([n], (Kind::Double, Device::Cpu))).unwrap()
+    };
+    tch::manual_seed(11);
+    let _ = randn(1); // leaves one value cached
+    let want = randn(3);
+    for scope in [0, 1] {
+        tch::manual_seed(11);
+        let _ = randn(1);
+        if scope == 0 {
+            let _ = scoped!(fork_rng => randn(1));
+        } else {
+            let _ = scoped!(seed(5) => randn(2));
+        }
+        assert_eq!(randn(3), want, "scope {scope}");
+    }
+}
+
 #[test]
 fn seed_restores_on_panic() {
     let _s = serial();

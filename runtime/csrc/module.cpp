@@ -5,9 +5,14 @@
 // saved per module, in modules() order (the module itself first, then its
 // submodules depth-first), and put back one module at a time.
 //
-// Walking modules() is the expensive part (microseconds), so each call walks
-// it once: it collects the modules, checks the count, then reads or writes
-// each module's own "training" slot.
+// The modules are found by walking the object graph directly (each module's
+// c10::ivalue::Object and the slots its ClassType marks as modules), in the
+// order modules() visits them: modules() itself copies a Module (building a
+// c10::Dict) at every step, and costs microseconds. A scope walks once, on
+// entry: tch_scope_module_enter keeps the list of (object, slot, old flag),
+// with strong references to the objects, in a handle that the Rust guard
+// owns and hands to tch_scope_module_leave, then frees.
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -26,23 +31,50 @@ std::mutex& mode_lock() {
   return m;
 }
 
-// Each module's object and the index of its "training" slot.
+// Each module's object (a strong reference: it can't go away while held),
+// the index of its "training" slot, and (in a Saved) its flag on entry.
 struct Flag {
   c10::intrusive_ptr<c10::ivalue::Object> obj;
   size_t slot;
+  bool was = false;
 };
+
+const std::string& training_name() {
+  static const std::string name("training");
+  return name;
+}
+
+// Appends `obj` and its submodules, depth-first pre-order: the order of
+// Module::modules() (slot_iterator_impl: the module itself, then each slot
+// whose type is a module, recursively, in slot order).
+void collect(c10::intrusive_ptr<c10::ivalue::Object> obj, std::vector<Flag>& out) {
+  const std::shared_ptr<c10::ClassType> type = obj->type();
+  auto slot = type->findAttributeSlot(training_name());
+  if (!slot) throw std::runtime_error("a submodule has no `training` attribute");
+  const size_t at = out.size();
+  out.push_back({std::move(obj), *slot});
+  const size_t n = type->numAttributes();
+  for (size_t i = 0; i < n; ++i) {
+    if (!type->getAttribute(i)->is_module()) continue;
+    const c10::IValue& v = out[at].obj->getSlot(i);
+    if (!v.isObject()) throw std::runtime_error("a submodule slot holds no module");
+    collect(v.toObject(), out);
+  }
+}
 
 std::vector<Flag> flags(const torch::jit::Module& root) {
   std::vector<Flag> out;
   out.reserve(16);
-  for (const torch::jit::Module& m : root.modules()) {
-    auto obj = m._ivalue();
-    auto slot = obj->type()->findAttributeSlot("training");
-    if (!slot) throw std::runtime_error("a submodule has no `training` attribute");
-    out.push_back({std::move(obj), *slot});
-  }
+  collect(root._ivalue(), out);
   return out;
 }
+
+bool flag(const Flag& f) { return f.obj->getSlot(f.slot).toBool(); }
+
+// What tch_scope_module_enter saved, for tch_scope_module_leave.
+struct Saved {
+  std::vector<Flag> flags;
+};
 
 }  // namespace
 
@@ -53,7 +85,7 @@ tch_scope_status tch_scope_module_modes(void* module, uint8_t* out, size_t cap, 
     std::lock_guard<std::mutex> lock(mode_lock());
     auto all = flags(*static_cast<torch::jit::Module*>(module));
     for (size_t i = 0; i < all.size() && i < cap; ++i) {
-      out[i] = all[i].obj->getSlot(all[i].slot).toBool() ? 1 : 0;
+      out[i] = flag(all[i]) ? 1 : 0;
     }
     *n = all.size();
   });
@@ -67,7 +99,7 @@ tch_scope_status tch_scope_module_exchange(void* module, bool on, uint8_t* out, 
     *n = all.size();
     if (all.size() > cap) return;  // nothing changed; the caller asks again with room
     for (size_t i = 0; i < all.size(); ++i) {
-      out[i] = all[i].obj->getSlot(all[i].slot).toBool() ? 1 : 0;
+      out[i] = flag(all[i]) ? 1 : 0;
       all[i].obj->setSlot(all[i].slot, on);
     }
   });
@@ -91,5 +123,36 @@ tch_scope_status tch_scope_module_restore_modes(void* module, const uint8_t* mod
     for (size_t i = 0; i < n; ++i) all[i].obj->setSlot(all[i].slot, modes[i] != 0);
   });
 }
+
+// A scope's entry: saves each module's own flag, sets all to `on`, and hands
+// back the list in `*saved` (freed by tch_scope_module_saved_free). Fails,
+// changing nothing, under the same fault-injection name as
+// tch_scope_module_exchange, which it replaces for scopes.
+tch_scope_status tch_scope_module_enter(void* module, bool on, void** saved) {
+  return tch_scope::guarded(
+      [&] {
+        std::lock_guard<std::mutex> lock(mode_lock());
+        auto s = std::make_unique<Saved>();
+        s->flags = flags(*static_cast<torch::jit::Module*>(module));
+        for (Flag& f : s->flags) f.was = flag(f);
+        for (Flag& f : s->flags) f.obj->setSlot(f.slot, on);
+        *saved = s.release();
+      },
+      "tch_scope_module_exchange");
+}
+
+// A scope's exit: puts each saved module's own flag back on that module.
+// Fault injection: as tch_scope_module_restore_modes, which it replaces for
+// scopes.
+tch_scope_status tch_scope_module_leave(const void* saved) {
+  return tch_scope::guarded(
+      [&] {
+        std::lock_guard<std::mutex> lock(mode_lock());
+        for (const Flag& f : static_cast<const Saved*>(saved)->flags) f.obj->setSlot(f.slot, f.was);
+      },
+      "tch_scope_module_restore_modes");
+}
+
+void tch_scope_module_saved_free(void* saved) { delete static_cast<Saved*>(saved); }
 
 }  // extern "C"

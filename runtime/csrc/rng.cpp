@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "common.h"
@@ -16,8 +17,21 @@
 
 namespace {
 
+// The CPU generator's whole state, copied as it is: what get_state() would
+// serialise into a 5 KB byte tensor and set_state() parse back (the mt19937
+// engine, seed included, and the two cached normal samples), without the
+// tensor. A get_state/set_state round trip restores exactly these three
+// members (CPUGeneratorImpl.cpp); copying them is the same, ~5x cheaper.
+struct CpuState {
+  // Optional only to skip mt19937's default constructor (it seeds all 624
+  // words, which would cost more than the copy): set by get_cpu_state.
+  std::optional<at::mt19937> engine;
+  std::optional<float> next_float_normal;
+  std::optional<double> next_double_normal;
+};
+
 struct RngState {
-  at::Tensor cpu;
+  CpuState cpu;
   std::vector<at::Tensor> cuda;  // index = device
 };
 
@@ -44,6 +58,29 @@ void set_state(at::Generator gen, const at::Tensor& state) {
   gen.set_state(state);
 }
 
+at::CPUGeneratorImpl* cpu_generator() {
+  const at::Generator& gen = at::detail::getDefaultCPUGenerator();
+  TORCH_CHECK(gen.device().type() == c10::DeviceType::CPU,
+              "the default CPU generator is not a CPU generator");
+  return gen.get<at::CPUGeneratorImpl>();
+}
+
+// Under the generator's mutex, as get_state/set_state are used.
+void get_cpu_state(at::CPUGeneratorImpl* g, CpuState& out) {
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  out.engine.emplace(g->engine());
+  out.next_float_normal = g->next_float_normal_sample();
+  out.next_double_normal = g->next_double_normal_sample();
+}
+
+void set_cpu_state(at::CPUGeneratorImpl* g, const CpuState& s) {
+  TORCH_CHECK(s.engine.has_value(), "no CPU generator state was saved");
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  g->set_engine(*s.engine);
+  g->set_next_float_normal_sample(s.next_float_normal);
+  g->set_next_double_normal_sample(s.next_double_normal);
+}
+
 void seed(at::Generator gen, uint64_t s) {
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_current_seed(s);
@@ -56,7 +93,7 @@ extern "C" {
 int32_t tch_scope_rng_save(void** state) {
   return tch_scope::guarded([&] {
     auto s = std::make_unique<RngState>();
-    s->cpu = get_state(at::detail::getDefaultCPUGenerator());
+    get_cpu_state(cpu_generator(), s->cpu);
     for (int i = 0, n = cuda_devices(); i < n; ++i) s->cuda.push_back(get_state(cuda_generator(i)));
     *state = s.release();
   });
@@ -65,7 +102,7 @@ int32_t tch_scope_rng_save(void** state) {
 int32_t tch_scope_rng_restore(const void* state) {
   return tch_scope::guarded([&] {
     auto* s = static_cast<const RngState*>(state);
-    set_state(at::detail::getDefaultCPUGenerator(), s->cpu);
+    set_cpu_state(cpu_generator(), s->cpu);
     for (size_t i = 0; i < s->cuda.size(); ++i) set_state(cuda_generator(static_cast<int>(i)), s->cuda[i]);
   });
 }

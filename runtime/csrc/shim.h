@@ -61,6 +61,16 @@ tch_scope_status tch_scope_module_set_training(void* module, bool on);
 // Sets each module's own "training" flag (non-recursively) from `modes`;
 // fails, changing nothing, if `n` is not the number of modules.
 tch_scope_status tch_scope_module_restore_modes(void* module, const uint8_t* modes, size_t n);
+// A scope's entry: saves each module's own flag, sets every module to `on`,
+// and stores the modules (strong references) with their flags in `*saved`,
+// for tch_scope_module_leave. On failure nothing changed and `*saved` is
+// untouched. Fault injection name: tch_scope_module_exchange.
+tch_scope_status tch_scope_module_enter(void* module, bool on, void** saved);
+// A scope's exit: puts each saved flag back on its own module. Does not
+// free `saved`. Fault injection name: tch_scope_module_restore_modes.
+tch_scope_status tch_scope_module_leave(const void* saved);
+// Frees what tch_scope_module_enter stored (once).
+void tch_scope_module_saved_free(void* saved);
 
 // 1 when this build of the shim linked libtorch_cuda (see cuda_anchor.cpp).
 int32_t tch_scope_built_with_cuda(void);

@@ -4,14 +4,18 @@
 //! TorchScript's `train()`/`eval()` recurse into submodules, so "the
 //! previous mode" is one flag per submodule: the shim (`csrc/module.cpp`)
 //! reads them in `modules()` order and puts each back on its own module.
+//! A scope's guard keeps the shim's list of submodules from entry
+//! ([`ModuleModes`]), so leaving does not walk the modules again.
 
 use std::ffi::c_void;
 use std::mem::{align_of, size_of};
+use std::ptr::NonNull;
 
 use tch::{CModule, TchError, TrainableCModule};
 
 use crate::Trainable;
 use crate::ffi;
+use crate::train::SavedModes;
 
 // tch keeps the `torch::jit::Module*` in a private field
 // (`CModule { c_module: *mut CModule_ }`, tch 0.26 `wrappers/jit.rs`) and
@@ -88,6 +92,42 @@ fn restore_modes(m: *mut c_void, modes: &[bool]) -> Result<(), TchError> {
     check(unsafe { ffi::tch_scope_module_restore_modes(m, bytes, modes.len()) })
 }
 
+/// A scope's saved modes of a TorchScript module, from
+/// `tch_scope_module_enter`: each module's object (a strong reference),
+/// its `training` slot and its flag on entry. Owned: freed once, on drop.
+pub(crate) struct ModuleModes(NonNull<c_void>);
+
+// SAFETY: the shim's list holds only reference-counted (atomically)
+// pointers to the module objects, and is read and written under the shim's
+// mode lock; freeing it from any thread is fine.
+unsafe impl Send for ModuleModes {}
+// SAFETY: `restore` (the only `&self` use) takes the shim's mode lock.
+unsafe impl Sync for ModuleModes {}
+
+impl ModuleModes {
+    /// Puts each saved flag back on its own module.
+    pub(crate) fn restore(&self) -> Result<(), TchError> {
+        // SAFETY: `self.0` came from tch_scope_module_enter and is not freed yet.
+        check(unsafe { ffi::tch_scope_module_leave(self.0.as_ptr()) })
+    }
+}
+
+impl Drop for ModuleModes {
+    fn drop(&mut self) {
+        // SAFETY: from tch_scope_module_enter; freed only here, once.
+        unsafe { ffi::tch_scope_module_saved_free(self.0.as_ptr()) }
+    }
+}
+
+fn enter(m: *mut c_void, on: bool) -> Result<SavedModes<Vec<bool>>, TchError> {
+    let mut saved = std::ptr::null_mut();
+    // SAFETY: `m` is a live module borrowed by the caller; `saved` is writable.
+    check(unsafe { ffi::tch_scope_module_enter(m, on, &mut saved) })?;
+    let saved = NonNull::new(saved)
+        .ok_or_else(|| TchError::Torch("the shim saved no module modes".into()))?;
+    Ok(SavedModes::module(ModuleModes(saved)))
+}
+
 /// A TorchScript module: `modes` is each module's own `training` flag, the
 /// module itself first, then its submodules depth-first (`modules()`
 /// order). `set_training` recurses like `module.train(on)`;
@@ -127,6 +167,10 @@ impl Trainable for CModule {
     fn switch_training(&self, on: bool) -> Result<Vec<bool>, TchError> {
         exchange(module_ptr(self), on)
     }
+
+    fn __enter_mode(&self, on: bool) -> Result<SavedModes<Vec<bool>>, TchError> {
+        enter(module_ptr(self), on)
+    }
 }
 
 /// As for [`CModule`]: one flag per submodule.
@@ -159,5 +203,9 @@ impl Trainable for TrainableCModule {
 
     fn switch_training(&self, on: bool) -> Result<Vec<bool>, TchError> {
         exchange(trainable_ptr(self), on)
+    }
+
+    fn __enter_mode(&self, on: bool) -> Result<SavedModes<Vec<bool>>, TchError> {
+        enter(trainable_ptr(self), on)
     }
 }

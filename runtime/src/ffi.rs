@@ -56,6 +56,13 @@ unsafe extern "C" {
         modes: *const u8,
         n: usize,
     ) -> Status;
+    pub(crate) fn tch_scope_module_enter(
+        module: *mut c_void,
+        on: bool,
+        saved: *mut *mut c_void,
+    ) -> Status;
+    pub(crate) fn tch_scope_module_leave(saved: *const c_void) -> Status;
+    pub(crate) fn tch_scope_module_saved_free(saved: *mut c_void);
 }
 
 /// Keeps the shim's `cuda_link.cpp` object in every binary that links this
