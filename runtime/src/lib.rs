@@ -84,30 +84,24 @@
 
 #![warn(missing_docs)]
 
-mod cmodule;
-mod device;
+mod atomic;
 mod error;
 mod exit;
 mod ffi;
 mod future;
-mod grad;
 mod memory;
+mod private_ctx;
 pub mod report;
 mod scope;
-mod timer;
-mod tls;
-mod train;
-mod with_mode;
-// PyTorch's other context managers (issue 7).
-mod anomaly;
-mod atomic;
-mod autocast;
-mod checkpoint;
-mod deterministic;
-mod private_ctx;
-mod profile;
-mod rng;
+mod scopes;
 mod stack;
+mod tls;
+// The guards live in scopes/; their modules keep their short paths
+// (`crate::grad`, …) inside the crate.
+use scopes::{
+    anomaly, autocast, checkpoint, cmodule, deterministic, device, grad, profile, rng, timer,
+    train, with_mode,
+};
 
 #[path = "distributed/mod.rs"]
 pub mod dist;
