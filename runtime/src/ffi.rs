@@ -83,7 +83,7 @@ pub(crate) fn check(status: Status) -> Result<(), String> {
 
 /// Test-only fault injection: the next `times` calls on this thread of the
 /// status-returning shim function `op` (`"tch_scope_rng_restore"`) fail with
-/// "injected fault in <op>"; `op = "*"` matches any of them; `times = 0`
+/// `"injected fault in <op>"`; `op = "*"` matches any of them; `times = 0`
 /// disarms. Compiled in always (one
 /// thread-local read per fallible shim call), reachable only through
 /// `__private`.
