@@ -12,6 +12,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, Lit};
 
 use crate::ast::{Arg, Item};
+use crate::valid::Errors;
 
 pub(crate) const USAGE: &str = "distributed(rank = 0, world_size = 2, master = \"127.0.0.1:29500\")` \
      or `distributed(from_env)";
@@ -38,14 +39,8 @@ struct Explicit {
 
 /// Reports every mistake in the arguments, each on its token.
 pub(crate) fn check(item: &Item) -> syn::Result<Args> {
-    let mut errors: Option<syn::Error> = None;
-    let mut fail = |span: Span, msg: String| {
-        let e = syn::Error::new(span, msg);
-        match &mut errors {
-            Some(all) => all.combine(e),
-            None => errors = Some(e),
-        }
-    };
+    let mut errors = Errors::default();
+    let mut fail = |span: Span, msg: String| errors.push(syn::Error::new(span, msg));
     let list: &[Arg] = item.args.as_ref().map_or(&[], |a| &a.list);
     let (mut from_env, mut backend, mut timeout) = (None::<Span>, None, None);
     let (mut rank, mut world_size, mut master) = (None, None, None);
@@ -155,15 +150,13 @@ pub(crate) fn check(item: &Item) -> syn::Result<Args> {
             }
         },
     };
-    match (errors, source) {
-        (Some(e), _) => Err(e),
-        (None, Some(source)) => Ok(Args {
-            backend,
-            source,
-            timeout,
-        }),
-        (None, None) => unreachable!("a missing source is reported"),
-    }
+    errors.finish()?;
+    let source = source.expect("a missing source is reported");
+    Ok(Args {
+        backend,
+        source,
+        timeout,
+    })
 }
 
 fn is_ident(e: &Expr, name: &str) -> bool {

@@ -10,6 +10,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, Lit};
 
 use crate::ast::{Arg, Item};
+use crate::valid::Errors;
 
 /// What one argument accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,14 +48,8 @@ pub(crate) fn values(word: &str, spec: &Spec, item: &Item) -> syn::Result<Values
     let mut out: Values = vec![None; spec.params.len()];
     let usage = spec.usage;
     let list: &[Arg] = item.args.as_ref().map_or(&[], |a| &a.list);
-    let mut errors: Option<syn::Error> = None;
-    let mut fail = |span: Span, msg: String| {
-        let e = syn::Error::new(span, msg);
-        match &mut errors {
-            Some(all) => all.combine(e),
-            None => errors = Some(e),
-        }
-    };
+    let mut errors = Errors::default();
+    let mut fail = |span: Span, msg: String| errors.push(syn::Error::new(span, msg));
     for (pos, arg) in list.iter().enumerate() {
         let (index, value, span) = match arg {
             Arg::Named(key, value) => {
@@ -116,10 +111,8 @@ pub(crate) fn values(word: &str, spec: &Spec, item: &Item) -> syn::Result<Values
             );
         }
     }
-    match errors {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
+    errors.finish()?;
+    Ok(out)
 }
 
 fn as_ident(e: &Expr) -> Option<&syn::Ident> {
