@@ -134,3 +134,59 @@ fn a_cancelled_timed_future_records_once_when_dropped() {
     assert_eq!(count(), before + 1, "left when the future is dropped");
     assert_eq!(state(), fresh());
 }
+
+/// Records, when dropped, the grad mode and how many `timed` runs of
+/// `async_scopes::cancelled` were recorded by then.
+struct DropProbe<'a>(&'a std::cell::Cell<Option<(bool, u64)>>);
+
+impl Drop for DropProbe<'_> {
+    fn drop(&mut self) {
+        let timed = tch_scope::report()
+            .timing("async_scopes::cancelled")
+            .map_or(0, |t| t.count);
+        self.0.set(Some((tch_scope::is_grad_enabled(), timed)));
+    }
+}
+
+#[tch_scope::scope(no_grad, timed("async_scopes::cancelled"))]
+async fn cancelled_mid_flight(seen: &std::cell::Cell<Option<(bool, u64)>>) {
+    let _probe = DropProbe(seen);
+    YieldOnce::default().await;
+    unreachable!("dropped before the second poll");
+}
+
+#[test]
+fn a_cancelled_future_drops_its_locals_inside_its_scopes() {
+    let seen = std::cell::Cell::new(None);
+    let before = tch_scope::report()
+        .timing("async_scopes::cancelled")
+        .map_or(0, |t| t.count);
+    {
+        let mut fut = Box::pin(cancelled_mid_flight(&seen));
+        assert!(poll_once(fut.as_mut()).is_pending());
+        assert_eq!(state(), fresh());
+    } // dropped here, mid-flight
+    // The local saw `no_grad` (per poll, re-entered for the drop) and the
+    // timer still open (it spans the future and is left after the locals).
+    assert_eq!(seen.get(), Some((false, before)));
+    let after = tch_scope::report();
+    assert_eq!(
+        after.timing("async_scopes::cancelled").unwrap().count,
+        before + 1
+    );
+    assert_eq!(state(), fresh());
+
+    // The same through `in_scope`, and a future never polled enters nothing.
+    let seen = std::cell::Cell::new(None);
+    let mut fut = Box::pin(
+        async {
+            let _probe = DropProbe(&seen);
+            YieldOnce::default().await;
+        }
+        .in_scope(NoGrad),
+    );
+    assert!(poll_once(fut.as_mut()).is_pending());
+    drop(fut);
+    assert_eq!(seen.get().map(|(grad, _)| grad), Some(false));
+    assert_eq!(state(), fresh());
+}

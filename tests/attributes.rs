@@ -135,6 +135,7 @@ struct Counter<'a>(&'a std::cell::Cell<(u32, u32)>);
 struct CounterGuard<'a>(&'a std::cell::Cell<(u32, u32)>);
 impl<'a> tch_scope::Scope for Counter<'a> {
     type Guard = CounterGuard<'a>;
+    type Error = ScopeError;
     fn enter(&mut self) -> Result<CounterGuard<'a>, ScopeError> {
         let (i, o) = self.0.get();
         self.0.set((i + 1, o));

@@ -263,6 +263,7 @@ struct Named(&'static str);
 struct NamedGuard(&'static str);
 impl Scope for Named {
     type Guard = NamedGuard;
+    type Error = ScopeError;
     fn enter(&mut self) -> Result<NamedGuard, ScopeError> {
         LOG.with_borrow_mut(|l| l.push(format!("enter {}", self.0)));
         Ok(NamedGuard(self.0))

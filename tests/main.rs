@@ -1,6 +1,7 @@
 //! Integration tests of every scope against real libtorch: one test binary
 //! (linking libtorch once), a module per concern.
 
+mod any_return;
 mod async_scopes;
 mod attributes;
 mod context;

@@ -368,3 +368,45 @@ fn seed_spans_an_awaiting_body_instead_of_reseeding_per_poll() {
         );
     });
 }
+
+#[tch_scope::threads(1)]
+fn single_threaded() -> i32 {
+    tch::get_num_threads()
+}
+
+#[test]
+fn threads_sets_and_restores_the_intra_op_thread_count() {
+    let _s = serial();
+    let before = tch::get_num_threads();
+    assert_eq!(scoped!(threads(1) => tch::get_num_threads()), 1);
+    assert_eq!(single_threaded(), 1);
+    assert_eq!(tch::get_num_threads(), before);
+    // Nested: the inner count inside, the outer one after it.
+    scoped!(threads(3) => {
+        assert_eq!(tch::get_num_threads(), 3);
+        scoped!(threads(2) => assert_eq!(tch::get_num_threads(), 2));
+        assert_eq!(tch::get_num_threads(), 3);
+    });
+    // Restored on panic.
+    let r = std::panic::catch_unwind(|| scoped!(threads(1) => panic!("boom")));
+    assert!(r.is_err());
+    assert_eq!(tch::get_num_threads(), before);
+    // A count libtorch would refuse is a ScopeError, and changes nothing.
+    let e = tch_scope::try_scoped!(threads(0) => ()).unwrap_err();
+    assert_eq!(e.scope(), "threads(0)");
+    assert!(e.reason().contains("between 1 and"), "{e}");
+    assert_eq!(tch::get_num_threads(), before);
+}
+
+#[test]
+fn threads_changes_what_another_thread_sees() {
+    let _s = serial();
+    let before = tch::get_num_threads();
+    let (inside, other) = scoped!(threads(1) => (
+        tch::get_num_threads(),
+        std::thread::spawn(tch::get_num_threads).join().unwrap(),
+    ));
+    assert_eq!(inside, 1);
+    println!("threads(1): this thread {inside}, a thread spawned inside {other} (before {before})");
+    assert_eq!(other, 1, "a thread spawned inside sees the scope's count");
+}

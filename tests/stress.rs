@@ -68,6 +68,7 @@ struct DepthGuard;
 
 impl Scope for Depth {
     type Guard = DepthGuard;
+    type Error = tch_scope::ScopeError;
     fn enter(&mut self) -> Result<DepthGuard, tch_scope::ScopeError> {
         DEPTH.with(|d| d.set(d.get() + 1));
         Ok(DepthGuard)

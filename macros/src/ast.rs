@@ -12,7 +12,7 @@ use syn::ext::IdentExt;
 use syn::parse::ParseStream;
 use syn::{Expr, Ident, Token, parenthesized, token};
 
-use crate::valid::Errors;
+use crate::errors::Errors;
 
 pub(crate) struct Item {
     pub(crate) name: Ident,

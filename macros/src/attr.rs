@@ -5,16 +5,17 @@
 //! opaque tokens. On any mistake the function is re-emitted unchanged next to
 //! the errors, so callers get no follow-on errors.
 
-use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
-use quote::quote;
+use proc_macro2::{Delimiter, Group, Spacing, Span, TokenStream, TokenTree};
+use quote::{ToTokens, quote};
 use syn::parse::{ParseStream, Parser};
 use syn::{Attribute, LitStr, Signature, Token, Visibility};
 
 use crate::ast::{self, End, Item};
+use crate::errors::Errors;
 use crate::expand;
-use crate::options;
-use crate::valid::{self, Errors};
-use crate::words::{self, Word};
+use crate::valid;
+use crate::word::{Cx, Word};
+use crate::words;
 
 /// What users write for the list attribute: tch-scope re-exports it as
 /// `scope`, since an attribute can't share the `scoped!` macro's name.
@@ -38,6 +39,82 @@ impl Attr<'_> {
     }
 }
 
+/// The runtime's path: `::tch_scope`, or what `crate = "…"` says (for a
+/// renamed dependency, as tokio and serde do it).
+fn runtime_path(written: Option<syn::Path>) -> TokenStream {
+    written.map_or_else(|| quote!(::tch_scope), |p| p.into_token_stream())
+}
+
+/// Splits `crate = "path"` off the arguments; the rest is returned as is.
+fn take_crate(args: TokenStream, errors: &mut Errors) -> (TokenStream, Option<syn::Path>) {
+    let original = args.clone();
+    let mut segments: Vec<Vec<TokenTree>> = vec![Vec::new()];
+    for tt in args {
+        match &tt {
+            TokenTree::Punct(p) if p.as_char() == ',' => segments.push(Vec::new()),
+            _ => segments.last_mut().expect("never empty").push(tt),
+        }
+    }
+    let mut path = None;
+    let mut found = false;
+    let mut rest: Vec<Vec<TokenTree>> = Vec::new();
+    for segment in segments {
+        let is_crate = matches!(
+            segment.as_slice(),
+            [TokenTree::Ident(k), TokenTree::Punct(eq), ..]
+                if k == "crate" && eq.as_char() == '=' && eq.spacing() == Spacing::Alone
+        );
+        if !is_crate {
+            rest.push(segment);
+            continue;
+        }
+        found = true;
+        match crate_path(&segment) {
+            Ok(p) if path.is_some() => errors.push(syn::Error::new_spanned(
+                p,
+                "`crate` is given twice; keep one",
+            )),
+            Ok(p) => path = Some(p),
+            Err(e) => errors.push(e),
+        }
+    }
+    if !found {
+        return (original, None);
+    }
+    // Drop the empty segment a trailing comma leaves, so `(a, crate = "x",)`
+    // is `a`, not `a,`.
+    while rest.last().is_some_and(Vec::is_empty) && rest.len() > 1 {
+        rest.pop();
+    }
+    let mut out = TokenStream::new();
+    for (i, segment) in rest.into_iter().enumerate() {
+        if i > 0 {
+            out.extend([TokenTree::Punct(proc_macro2::Punct::new(
+                ',',
+                Spacing::Alone,
+            ))]);
+        }
+        out.extend(segment);
+    }
+    (out, path)
+}
+
+const CRATE_FORM: &str = "`crate` takes the path of tch-scope as your Cargo.toml names it, \
+    in quotes: `crate = \"ts\"` for `ts = { package = \"tch-scope\", .. }`";
+
+/// The `"path"` of `crate = "path"`.
+fn crate_path(segment: &[TokenTree]) -> syn::Result<syn::Path> {
+    let value: TokenStream = segment[2..].iter().cloned().collect();
+    let at = segment.get(2).unwrap_or(&segment[1]).span();
+    let lit: LitStr = syn::parse2(value).map_err(|_| syn::Error::new(at, CRATE_FORM))?;
+    lit.parse::<syn::Path>().map_err(|_| {
+        syn::Error::new(
+            lit.span(),
+            format!("{:?} is not a path: {CRATE_FORM}", lit.value()),
+        )
+    })
+}
+
 /// Expands an attribute; never panics.
 pub(crate) fn attribute(attr: Attr, args: TokenStream, item: TokenStream) -> TokenStream {
     attr_tokens(attr, args, item.clone()).unwrap_or_else(|e| {
@@ -53,11 +130,26 @@ pub(crate) fn attr_tokens(
     item: TokenStream,
 ) -> syn::Result<TokenStream> {
     let mut errors = Errors::default();
+    // Where an empty list is reported: its first token (`crate = ..`
+    // alone), or the attribute itself.
+    let first = args
+        .clone()
+        .into_iter()
+        .next()
+        .map_or_else(Span::call_site, |t| t.span());
+    let (args, path) = take_crate(args, &mut errors);
     let items = match attr {
         Attr::Word(name) => word_item(name, args, &mut errors),
-        Attr::List => list_items(args, &mut errors),
+        Attr::List => list_items(args, first, &mut errors),
     };
-    let scopes = valid::validate(items, &mut errors);
+    // A function's measurements are named `module::path::function`; the
+    // name is known only once the item parses, so it is a fresh parse away.
+    let fn_name = fn_ident(&item).map(|ident| {
+        let suffix = format!("::{ident}");
+        quote!(::core::concat!(::core::module_path!(), #suffix))
+    });
+    let cx = Cx::new(runtime_path(path), fn_name);
+    let scopes = valid::validate(items, &cx, &mut errors);
     let func = match (|input: ParseStream| parse_fn(input, attr)).parse2(item) {
         Ok(func) => func,
         Err(e) => return Err(errors.and(e)),
@@ -70,19 +162,25 @@ pub(crate) fn attr_tokens(
         sig,
         block,
     } = func;
-    let mut scopes = scopes;
-    let fn_name = format!("::{}", sig.ident);
-    for scope in &mut scopes {
-        if let (valid::Ctor::Options(values), crate::words::Shape::Options(spec)) =
-            (&mut scope.ctor, scope.word.shape)
+    let track_caller = attrs.iter().any(|a| a.path().is_ident("track_caller"));
+    let body = expand::fn_body(&cx, &scopes, &sig, &block, track_caller);
+    Ok(quote!(#(#attrs)* #vis #default #sig #body))
+}
+
+/// The function's name: the identifier after the first top-level `fn`.
+fn fn_ident(item: &TokenStream) -> Option<syn::Ident> {
+    let mut tokens = item.clone().into_iter();
+    while let Some(tt) = tokens.next() {
+        if let TokenTree::Ident(i) = &tt
+            && i == "fn"
         {
-            // A function's measurements are named `module::path::function`.
-            options::default_name(values, spec, &fn_name);
+            return match tokens.next()? {
+                TokenTree::Ident(name) => Some(name),
+                _ => None,
+            };
         }
     }
-    let track_caller = attrs.iter().any(|a| a.path().is_ident("track_caller"));
-    let body = expand::fn_body(&quote!(::tch_scope), &scopes, &sig, &block, track_caller);
-    Ok(quote!(#(#attrs)* #vis #default #sig #body))
+    None
 }
 
 /// `#[device(0)]` is the list `device(0)`; the attribute is the word's span.
@@ -107,7 +205,7 @@ fn word_item(name: &str, args: TokenStream, errors: &mut Errors) -> Vec<Item> {
     }]
 }
 
-fn list_items(args: TokenStream, errors: &mut Errors) -> Vec<Item> {
+fn list_items(args: TokenStream, first: Span, errors: &mut Errors) -> Vec<Item> {
     let parsed = (|input: ParseStream| Ok(ast::parse_list(input, End::Eof, errors))).parse2(args);
     // A parse error (tokens left over) is reported at its token, not lost
     // behind "needs at least one scope word" at the attribute.
@@ -117,7 +215,7 @@ fn list_items(args: TokenStream, errors: &mut Errors) -> Vec<Item> {
     });
     if items.is_empty() && errors.is_empty() {
         errors.push(syn::Error::new(
-            Span::call_site(),
+            first,
             format!("`#[{LIST_ATTR}]` needs at least one scope word: `#[{LIST_ATTR}(no_grad)]`"),
         ));
     }
@@ -135,8 +233,8 @@ struct Func {
 fn parse_fn(input: ParseStream, attr: Attr) -> syn::Result<Func> {
     // How the attribute and the equivalent `scoped!` list look in messages.
     let (shown, list) = match attr.word() {
-        Some(word) if word.params().is_empty() => (word.name.to_owned(), word.usage()),
-        Some(word) => (format!("{}(..)", word.name), word.usage()),
+        Some(word) if word.params.is_empty() => (word.name.to_owned(), word.usage.to_owned()),
+        Some(word) => (format!("{}(..)", word.name), word.usage.to_owned()),
         None => (format!("{LIST_ATTR}(..)"), "..".to_owned()),
     };
     let attrs = input.call(Attribute::parse_outer)?;

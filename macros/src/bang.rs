@@ -8,25 +8,10 @@ use syn::{Expr, Token};
 
 use crate::ast::{self, End};
 use crate::body;
-use crate::expand;
-use crate::valid::{self, Errors, Scope};
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Flavor {
-    /// `scoped!`: panics if a scope can't be entered.
-    Scoped,
-    /// `try_scoped!`: evaluates to `Result<T, ScopeError>`.
-    TryScoped,
-}
-
-impl Flavor {
-    fn name(self) -> &'static str {
-        match self {
-            Flavor::Scoped => "scoped!",
-            Flavor::TryScoped => "try_scoped!",
-        }
-    }
-}
+use crate::errors::Errors;
+use crate::expand::{self, Flavor};
+use crate::valid::{self, Scope};
+use crate::word::Cx;
 
 /// `scoped_impl!`/`try_scoped_impl!`: `RT ; LIST => BODY`. Never panics;
 /// mistakes become `compile_error!`s.
@@ -40,7 +25,8 @@ pub(crate) fn scoped_macro(flavor: Flavor, input: TokenStream) -> TokenStream {
 
 pub(crate) fn scoped_tokens(flavor: Flavor, input: TokenStream) -> syn::Result<TokenStream> {
     let (rt, rest) = split_rt(input)?;
-    let (scopes, body) = (|input: ParseStream| parse_scoped(input, flavor)).parse2(rest)?;
+    let cx = Cx::new(rt, None);
+    let (scopes, body) = (|input: ParseStream| parse_scoped(input, &cx, flavor)).parse2(rest)?;
     let (expr, mut tokens) = body;
     if leads_with_block(&expr) {
         // `{ a } == { b }` is one expression here, but as the tail of the
@@ -51,9 +37,9 @@ pub(crate) fn scoped_tokens(flavor: Flavor, input: TokenStream) -> syn::Result<T
         tokens = quote!((#tokens));
     }
     Ok(match (body::awaits(&expr), flavor) {
-        (false, Flavor::Scoped) => expand::flat(&rt, &scopes, &tokens),
-        (false, Flavor::TryScoped) => expand::try_flat(&rt, &scopes, &tokens),
-        (true, _) => expand::awaiting(&rt, &scopes, &tokens, flavor),
+        (false, Flavor::Scoped) => expand::flat(&cx, &scopes, &tokens),
+        (false, Flavor::TryScoped) => expand::try_flat(&cx, &scopes, &tokens),
+        (true, _) => expand::awaiting(&cx, &scopes, &tokens, flavor),
     })
 }
 
@@ -114,12 +100,12 @@ fn split_rt(input: TokenStream) -> syn::Result<(TokenStream, TokenStream)> {
 
 type Body = (Expr, TokenStream);
 
-fn parse_scoped(input: ParseStream, flavor: Flavor) -> syn::Result<(Vec<Scope>, Body)> {
+fn parse_scoped(input: ParseStream, cx: &Cx, flavor: Flavor) -> syn::Result<(Vec<Scope>, Body)> {
     let name = flavor.name();
     let mut errors = Errors::default();
     let items = ast::parse_list(input, End::Arrow, &mut errors);
     let (empty, last) = (items.is_empty(), items.last().map(|i| i.name.span()));
-    let scopes = valid::validate(items, &mut errors);
+    let scopes = valid::validate(items, cx, &mut errors);
     let Some(arrow) = input.parse::<Option<Token![=>]>>()? else {
         return Err(errors.or(syn::Error::new(
             last.unwrap_or_else(Span::call_site),

@@ -6,14 +6,29 @@
 
 use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
-use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{ReturnType, Signature, Type};
 
-use crate::bang::Flavor;
-use crate::options;
-use crate::valid::{Ctor, Scope};
-use crate::words::{Awaits, Shape};
+use crate::valid::Scope;
+use crate::word::{Awaits, Cx};
+
+/// Which function-like macro is expanding.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// `scoped!`: panics if a scope can't be entered.
+    Scoped,
+    /// `try_scoped!`: evaluates to `Result<T, ScopeError>`.
+    TryScoped,
+}
+
+impl Flavor {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Flavor::Scoped => "scoped!",
+            Flavor::TryScoped => "try_scoped!",
+        }
+    }
+}
 
 /// The body with its braces (if it is a block) marked as coming from this
 /// expansion, at the same place: rustc's `unused_braces` lint would
@@ -47,131 +62,33 @@ fn local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
 }
 
-/// The runtime path shown at `span`: `$crate` resolves as before, but
-/// rustc's errors (say, a `with(..)` value that is not a `Scope`) point at
-/// the word rather than at the whole macro call.
-fn rt_at(rt: &TokenStream, span: Span) -> TokenStream {
-    rt.clone()
-        .into_iter()
-        .map(|mut tt| {
-            tt.set_span(tt.span().located_at(span));
-            tt
-        })
-        .collect()
-}
-
-/// The scope value of one item, e.g. `RT::__private::device_cuda(0usize)`.
-fn scope_value(rt: &TokenStream, scope: &Scope) -> TokenStream {
-    let span = scope.span;
-    let rt = &rt_at(rt, span);
-    let value = match &scope.ctor {
-        Ctor::Call(args) => {
-            let f = Ident::new(scope.word.name, span);
-            quote_spanned!(span=> #rt::__private::#f(#(#args),*))
-        }
-        Ctor::DeviceCpu => quote_spanned!(span=> #rt::__private::device_cpu()),
-        Ctor::DeviceMps => quote_spanned!(span=> #rt::__private::device_mps()),
-        Ctor::DeviceCuda(index, lit_span) => {
-            let mut index = proc_macro2::Literal::usize_suffixed(*index);
-            index.set_span(*lit_span);
-            quote_spanned!(span=> #rt::__private::device_cuda(#index))
-        }
-        Ctor::DeviceExpr(e) => quote_spanned!(span=> #rt::__private::device(#e)),
-        // Spanned on the user's expression: a non-`Scope` gets the
-        // runtime's `on_unimplemented` note right there.
-        Ctor::With(e) => {
-            let rt = rt_at(rt, e.span());
-            quote_spanned!(e.span()=> #rt::__private::with(#e))
-        }
-        // A reference, so the scope borrows the model instead of moving it;
-        // spanned on the model so a non-`Trainable` is reported there.
-        Ctor::Model(e) => {
-            let f = Ident::new(scope.word.name, span);
-            let rt = rt_at(rt, e.span());
-            quote_spanned!(e.span()=> #rt::__private::#f(&(#e)))
-        }
-        Ctor::Options(values) => options_value(rt, scope.word.name, values, span),
-        Ctor::Distributed(args) => crate::distributed::expand(rt, args, span),
-        Ctor::Named(f, args) => {
-            let f = Ident::new(f, span);
-            quote_spanned!(span=> #rt::__private::#f(#(#args),*))
-        }
-    };
+/// The scope value of one item, with its condition.
+fn scope_value(cx: &Cx, scope: &Scope) -> TokenStream {
+    let value = &scope.value;
     match &scope.cond {
-        Some(cond) => quote_spanned!(span=> #rt::__private::when(#cond, #value)),
-        None => value,
-    }
-}
-
-/// The scope value of a word with options (see `options.rs`).
-fn options_value(rt: &TokenStream, word: &str, v: &options::Values, span: Span) -> TokenStream {
-    let get = |spec: &options::Spec, name: &str| {
-        spec.params
-            .iter()
-            .position(|p| p.name == name)
-            .and_then(|i| v.get(i)?.clone())
-    };
-    // Unnamed scopes record under the place they were written.
-    let name = |spec: &options::Spec| match get(spec, "name") {
-        Some(n) => n.into_token_stream(),
-        None => {
-            quote_spanned!(span=> ::core::concat!(::core::module_path!(), ":", ::core::line!()))
+        Some(cond) => {
+            let private = cx.private(scope.span);
+            quote_spanned!(scope.span=> #private::when(#cond, #value))
         }
-    };
-    match word {
-        "timed" => {
-            let spec = &options::TIMED;
-            let name = name(spec);
-            let sync = match get(spec, "sync") {
-                Some(flag) => quote_spanned!(span=> #rt::__private::sync_flag(#flag)),
-                None => quote_spanned!(span=> #rt::__private::SyncMode::Auto),
-            };
-            // One static call site per use: the registry finds its slot
-            // without hashing the name.
-            quote_spanned!(span=> #rt::__private::timed(
-                {
-                    static __TCH_SCOPE_SITE: #rt::__private::Site = #rt::__private::Site::new(#name);
-                    &__TCH_SCOPE_SITE
-                },
-                #sync,
-            ))
-        }
-        "memory_scope" => {
-            let name = name(&options::MEMORY);
-            quote_spanned!(span=> #rt::__private::memory_scope(#name))
-        }
-        "gpu_memory_scope" => {
-            let spec = &options::GPU_MEMORY;
-            let name = name(spec);
-            let device =
-                get(spec, "device").map_or_else(|| quote!(0usize), |d| d.into_token_stream());
-            let empty =
-                get(spec, "empty_cache").map_or_else(|| quote!(true), |e| e.into_token_stream());
-            quote_spanned!(span=> #rt::__private::gpu_memory_scope(#name, #device, #empty))
-        }
-        other => {
-            let msg = format!("tch-scope: no expansion for `{other}` (a bug: please report it)");
-            quote_spanned!(span=> ::core::compile_error!(#msg))
-        }
+        None => value.clone(),
     }
 }
 
 /// `Chain(a, Chain(b, End))`: one scope entered in list order.
-fn chain<'a>(rt: &TokenStream, scopes: impl DoubleEndedIterator<Item = &'a Scope>) -> TokenStream {
-    scopes
-        .rev()
-        .fold(quote!(#rt::__private::End), |rest, scope| {
-            let value = scope_value(rt, scope);
-            quote!(#rt::__private::Chain(#value, #rest))
-        })
+fn chain<'a>(cx: &Cx, scopes: impl DoubleEndedIterator<Item = &'a Scope>) -> TokenStream {
+    let private = cx.private(Span::call_site());
+    scopes.rev().fold(quote!(#private::End), |rest, scope| {
+        let value = scope_value(cx, scope);
+        quote!(#private::Chain(#value, #rest))
+    })
 }
 
 /// Flat guards in a block: no closure, so `?`, `return`, `break` and
 /// `continue` in the body act on the enclosing fn or loop.
-pub(crate) fn flat(rt: &TokenStream, scopes: &[Scope], body: &TokenStream) -> TokenStream {
+pub(crate) fn flat(cx: &Cx, scopes: &[Scope], body: &TokenStream) -> TokenStream {
     let lets = scopes.iter().enumerate().map(|(i, scope)| {
-        let (g, value, rt) = (guard(i), scope_value(rt, scope), rt_at(rt, scope.span));
-        quote_spanned!(scope.span=> let #g = #rt::__private::enter_or_panic(#value);)
+        let (g, value, private) = (guard(i), scope_value(cx, scope), cx.private(scope.span));
+        quote_spanned!(scope.span=> let #g = #private::enter_or_panic(#value);)
     });
     let body = quiet(body);
     quote!({ #(#lets)* #body })
@@ -179,7 +96,7 @@ pub(crate) fn flat(rt: &TokenStream, scopes: &[Scope], body: &TokenStream) -> To
 
 /// Nested matches rather than a labeled block: an unlabeled `break` in the
 /// body (for a loop around the macro) would be E0695 in a labeled block.
-pub(crate) fn try_flat(rt: &TokenStream, scopes: &[Scope], body: &TokenStream) -> TokenStream {
+pub(crate) fn try_flat(cx: &Cx, scopes: &[Scope], body: &TokenStream) -> TokenStream {
     let err = local("__tch_scope_err");
     let body = quiet(body);
     let inner = quote!(::core::result::Result::Ok(#body));
@@ -188,9 +105,9 @@ pub(crate) fn try_flat(rt: &TokenStream, scopes: &[Scope], body: &TokenStream) -
         .enumerate()
         .rev()
         .fold(inner, |inner, (i, scope)| {
-            let (g, value, rt) = (guard(i), scope_value(rt, scope), rt_at(rt, scope.span));
+            let (g, value, private) = (guard(i), scope_value(cx, scope), cx.private(scope.span));
             quote_spanned! {scope.span=>
-                match #rt::__private::enter(#value) {
+                match #private::try_enter(#value) {
                     ::core::result::Result::Err(#err) => ::core::result::Result::Err(#err),
                     ::core::result::Result::Ok(#g) => #inner,
                 }
@@ -200,17 +117,18 @@ pub(crate) fn try_flat(rt: &TokenStream, scopes: &[Scope], body: &TokenStream) -
 
 /// `Spanned::new(per_poll, span, future)`: per-thread words around every
 /// poll, the others (timers, seeds, model modes) once for the whole future.
-fn spanned(rt: &TokenStream, scopes: &[Scope], future: TokenStream) -> TokenStream {
-    let per_poll = chain(rt, scopes.iter().filter(|s| s.word.awaits != Awaits::Span));
-    let span = chain(rt, scopes.iter().filter(|s| s.word.awaits == Awaits::Span));
-    quote!(#rt::__private::Spanned::new(#per_poll, #span, #future))
+fn spanned(cx: &Cx, scopes: &[Scope], future: TokenStream) -> TokenStream {
+    let per_poll = chain(cx, scopes.iter().filter(|s| s.word.awaits != Awaits::Span));
+    let span = chain(cx, scopes.iter().filter(|s| s.word.awaits == Awaits::Span));
+    let private = cx.private(Span::call_site());
+    quote!(#private::Spanned::new(#per_poll, #span, #future))
 }
 
 /// The body becomes a future whose every poll runs inside the per-thread
 /// scopes, like tracing's `Instrumented`, and the others span it whole. It behaves as an async block: `?` leaves the
 /// body, not the function, and the `scoped!` value is what it evaluates to.
 pub(crate) fn awaiting(
-    rt: &TokenStream,
+    cx: &Cx,
     scopes: &[Scope],
     body: &TokenStream,
     flavor: Flavor,
@@ -220,16 +138,17 @@ pub(crate) fn awaiting(
         || quote!({ #body }),
         |block| quiet_group(&block).into_token_stream(),
     );
-    let fut = spanned(rt, scopes, quote!(async #body));
+    let fut = spanned(cx, scopes, quote!(async #body));
     let fut = quote!(#fut.await);
+    let private = cx.private(Span::call_site());
     match flavor {
-        Flavor::TryScoped => quote!({ #fut }),
+        Flavor::TryScoped => quote!({ #private::scope_result(#fut) }),
         Flavor::Scoped => {
             let (value, err) = (local("__tch_scope_value"), local("__tch_scope_err"));
             quote!({
                 match #fut {
                     ::core::result::Result::Ok(#value) => #value,
-                    ::core::result::Result::Err(#err) => #rt::__private::panic_scope_error(#err),
+                    ::core::result::Result::Err(#err) => #private::panic_scope_error(#err),
                 }
             })
         }
@@ -237,22 +156,31 @@ pub(crate) fn awaiting(
 }
 
 /// The new body of a scoped function. `block` is the original body.
+///
+/// A scope that fails to enter leaves through `__private::Leave`, which
+/// picks by autoref, from the types alone: nothing for an infallible
+/// scope, `Err(E::from(e))` for a `Result<_, E>` with `E: From<ScopeError>`,
+/// a panic otherwise — so no attribute adds a bound to the return type.
 pub(crate) fn fn_body(
-    rt: &TokenStream,
+    cx: &Cx,
     scopes: &[Scope],
     sig: &Signature,
     block: &Group,
     track_caller: bool,
 ) -> TokenStream {
     let err = local("__tch_scope_err");
+    let private = cx.private(Span::call_site());
     let (outer, block) = (block.span(), quiet_group(block));
-    // `E: From<ScopeError>` is required of a `Result` return; rustc's
-    // error for a missing impl then points at the return type.
-    let on_err = if let Some(ty) = result_type(&sig.output) {
-        let from = quote_spanned!(ty.span()=> #rt::__private::ErrorFromScope::from_scope(#err));
-        quote!(return ::core::result::Result::Err(#from))
-    } else {
-        quote!(#rt::__private::panic_scope_error(#err))
+    // A type that can be named in the body (not `impl Trait`).
+    let named = result_type(&sig.output).filter(|ty| !contains_impl(ty));
+    let on_err = match named {
+        Some(ty) => quote! {
+            return {
+                use #private::{LeaveInfallible as _, LeavePanicking as _, LeaveWithErr as _};
+                (&&&#private::Leave::<#ty, _>::of(&#err)).leave(#err)
+            }
+        },
+        None => quote!(#private::panic_scope_error(#err)),
     };
     if sig.asyncness.is_some() {
         let (fut, ret, value) = (
@@ -287,7 +215,7 @@ pub(crate) fn fn_body(
             }
         });
         let inner = quote!({ #hint #block });
-        let spanned = spanned(rt, scopes, quote!(async move #inner));
+        let spanned = spanned(cx, scopes, quote!(async move #inner));
         return braced(
             outer,
             quote! {
@@ -303,29 +231,26 @@ pub(crate) fn fn_body(
     // failed run: the body runs as a closure so its value can be seen.
     // Not where a closure would change meaning: `impl Trait` in the type
     // (no annotation to give the closure), `unsafe fn`, `#[track_caller]`.
-    let marked = |scope: &Scope| matches!(scope.word.shape, Shape::Options(_));
-    let result = result_type(&sig.output).filter(|ty| {
-        !contains_impl(ty)
-            && !matches!(sig.safety, syn::Safety::Unsafe(_))
-            && !track_caller
-            && scopes.iter().any(marked)
+    let marked = |scope: &Scope| scope.word.measures;
+    let result = named.filter(|_| {
+        !matches!(sig.safety, syn::Safety::Unsafe(_)) && !track_caller && scopes.iter().any(marked)
     });
     let entered = local("__tch_scope_entered");
     let lets = scopes.iter().enumerate().map(|(i, scope)| {
-        let (g, value, rt) = (guard(i), scope_value(rt, scope), rt_at(rt, scope.span));
+        let (g, value, private) = (guard(i), scope_value(cx, scope), cx.private(scope.span));
         let g = match result {
             Some(_) if marked(scope) => quote!(mut #g),
             _ => quote!(#g),
         };
-        if result_type(&sig.output).is_some() {
+        if named.is_some() {
             quote_spanned! {scope.span=>
-                let #g = match #rt::__private::enter(#value) {
+                let #g = match #private::enter(#value) {
                     ::core::result::Result::Ok(#entered) => #entered,
                     ::core::result::Result::Err(#err) => #on_err,
                 };
             }
         } else {
-            quote_spanned!(scope.span=> let #g = #rt::__private::enter_or_panic(#value);)
+            quote_spanned!(scope.span=> let #g = #private::enter_or_panic(#value);)
         }
     });
     let Some(ty) = result else {
@@ -341,14 +266,14 @@ pub(crate) fn fn_body(
         .filter(|(_, scope)| marked(scope))
         .map(|(i, _)| {
             let g = guard(i);
-            quote!(#rt::__private::mark_failed(&#ret, &mut #g);)
+            quote!(#private::mark_failed(&#ret, &mut #g);)
         });
     braced(
         outer,
         quote! {
             #inner_attrs
             #(#lets)*
-            let #ret: #ty = #rt::__private::call(move || #block);
+            let #ret: #ty = #private::call(move || #block);
             #(#marks)*
             #ret
         },

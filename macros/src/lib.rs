@@ -17,18 +17,17 @@ mod ast;
 mod attr;
 mod bang;
 mod body;
-mod custom;
-mod distributed;
+mod errors;
 mod expand;
-mod options;
 mod valid;
+mod word;
 mod words;
 
 #[cfg(test)]
 mod tests;
 
 use attr::Attr;
-use bang::Flavor;
+use expand::Flavor;
 use proc_macro::TokenStream;
 
 /// Runs the function with autograd off, like `torch.no_grad()`.
@@ -134,6 +133,14 @@ pub fn distributed(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn seed(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("seed"), args.into(), item.into()).into()
+}
+
+/// Runs every call with libtorch's intra-op thread count set to `n`
+/// (process-wide), and puts the old count back when it returns:
+/// `#[threads(1)]`, like `torch.set_num_threads(1)` … restore.
+#[proc_macro_attribute]
+pub fn threads(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("threads"), args.into(), item.into()).into()
 }
 
 /// Saves the default generators' states before every call and puts them

@@ -1,13 +1,16 @@
-//! The one error type of tch-scope.
+//! The one error type of tch-scope, and [`EntryError`]: whether a scope's
+//! entry can fail at all.
 
 use std::borrow::Cow;
+use std::convert::Infallible;
 use std::fmt;
 
 /// Why a scope could not be entered: which scope, on which device, and why.
 ///
-/// Returned by [`Scope::enter`](crate::Scope::enter) and
-/// [`try_scoped!`](crate::try_scoped); an attribute on a function returning
-/// `Result<_, E>` converts it with `E: From<ScopeError>`.
+/// Returned by [`Scope::enter`](crate::Scope::enter) of the scopes that can
+/// fail and by [`try_scoped!`](crate::try_scoped). An attribute on a
+/// function returning `Result<_, E>` returns `Err(E::from(e))` where
+/// `E: From<ScopeError>`, and panics with this message otherwise.
 ///
 /// ```
 /// use tch_scope::ScopeError;
@@ -97,5 +100,86 @@ impl fmt::Display for DeviceName {
             tch::Device::Mps => f.write_str("mps"),
             tch::Device::Vulkan => f.write_str("vulkan"),
         }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for std::convert::Infallible {}
+    impl Sealed for super::ScopeError {}
+}
+
+/// The error type of a [`Scope`](crate::Scope)'s entry: [`Infallible`] for
+/// scopes that cannot fail (`no_grad`, `timed`, …), [`ScopeError`] for the
+/// others (`device(3)` on a one-GPU machine). It is a property of the
+/// type, so an attribute of an infallible scope puts no bound on the
+/// function's return type. Implemented for these two types only.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use tch_scope::{EntryError, NoGrad, OnDevice, Scope, ScopeError};
+/// fn can_fail<S: Scope>(_: &S) -> bool { <S::Error as EntryError>::CAN_FAIL }
+/// assert!(!can_fail(&NoGrad));
+/// assert!(can_fail(&OnDevice::new(tch::Device::Cpu)));
+/// ```
+pub trait EntryError: sealed::Sealed + fmt::Debug + Sized + 'static {
+    /// Whether a value of this type can exist (`false` for `Infallible`).
+    const CAN_FAIL: bool;
+
+    /// The error of two scopes entered one after the other: `Infallible`
+    /// only if both are.
+    type Or<B: EntryError>: EntryError;
+
+    /// As a [`ScopeError`] (never called for `Infallible`).
+    fn into_scope_error(self) -> ScopeError;
+
+    /// `self` as the error of a pair whose other half's error is `B`.
+    fn or<B: EntryError>(self) -> Self::Or<B>;
+
+    /// `b` as the error of a pair whose first half's error is `Self`.
+    fn or_from<B: EntryError>(b: B) -> Self::Or<B>;
+}
+
+impl EntryError for Infallible {
+    const CAN_FAIL: bool = false;
+    type Or<B: EntryError> = B;
+
+    fn into_scope_error(self) -> ScopeError {
+        match self {}
+    }
+
+    fn or<B: EntryError>(self) -> B {
+        match self {}
+    }
+
+    #[inline(always)]
+    fn or_from<B: EntryError>(b: B) -> B {
+        b
+    }
+}
+
+impl EntryError for ScopeError {
+    const CAN_FAIL: bool = true;
+    type Or<B: EntryError> = ScopeError;
+
+    #[inline(always)]
+    fn into_scope_error(self) -> ScopeError {
+        self
+    }
+
+    #[inline(always)]
+    fn or<B: EntryError>(self) -> ScopeError {
+        self
+    }
+
+    #[inline(always)]
+    fn or_from<B: EntryError>(b: B) -> ScopeError {
+        b.into_scope_error()
+    }
+}
+
+impl From<Infallible> for ScopeError {
+    fn from(e: Infallible) -> Self {
+        match e {}
     }
 }

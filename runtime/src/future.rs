@@ -7,16 +7,21 @@
 //! are entered once by [`Spanned`].
 
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use crate::{Scope, ScopeError};
+use crate::{EntryError, Scope};
 
 pin_project! {
     /// A future run inside a scope, re-entered on every poll. Made by
     /// [`ScopeFutureExt::in_scope`] and by the macros for async code.
+    ///
+    /// Dropped mid-flight (cancelled: a `select!` that took another branch,
+    /// an aborted task), the future's locals are dropped inside the scope
+    /// too, as they lived — like tracing's `Instrumented`.
     ///
     /// ```
     /// use tch_scope::{NoGrad, ScopeFutureExt, is_grad_enabled};
@@ -30,28 +35,59 @@ pin_project! {
     /// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
     /// # }
     /// ```
-    #[derive(Debug)]
     #[must_use = "futures do nothing unless polled"]
-    pub struct Scoped<S, F> {
+    #[project = ScopedProj]
+    pub struct Scoped<S: Scope, F> {
         scope: S,
         #[pin]
-        future: F,
+        future: ManuallyDrop<F>,
+        // Polled and not finished: its locals are alive.
+        live: bool,
+    }
+
+    impl<S: Scope, F> PinnedDrop for Scoped<S, F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            let _guard = if *this.live { this.scope.enter().ok() } else { None };
+            // SAFETY: dropped in place, once, and never touched again.
+            unsafe { ManuallyDrop::drop(this.future.get_unchecked_mut()) }
+        }
     }
 }
 
-impl<S, F> Scoped<S, F> {
+impl<S: Scope, F> Scoped<S, F> {
     /// `future`, polled inside `scope`.
     ///
     /// ```
     /// let _ = tch_scope::Scoped::new(tch_scope::NoGrad, async {});
     /// ```
     pub fn new(scope: S, future: F) -> Self {
-        Self { scope, future }
+        Self {
+            scope,
+            future: ManuallyDrop::new(future),
+            live: false,
+        }
     }
 }
 
+impl<S: Scope, F> std::fmt::Debug for Scoped<S, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scoped")
+            .field("live", &self.live)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The pinned inner future of a `ManuallyDrop` field.
+fn inner<F>(f: Pin<&mut ManuallyDrop<F>>) -> Pin<&mut F> {
+    // SAFETY: `ManuallyDrop` is a transparent wrapper; the future stays
+    // where it is, and is dropped in place by the `PinnedDrop` impls.
+    unsafe { f.map_unchecked_mut(|f| &mut **f) }
+}
+
 impl<S: Scope, F: Future> Future for Scoped<S, F> {
-    type Output = Result<F::Output, ScopeError>;
+    /// The future's value, or the scope's error if it could not be entered.
+    type Output = Result<F::Output, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -59,16 +95,27 @@ impl<S: Scope, F: Future> Future for Scoped<S, F> {
             Ok(g) => g,
             Err(e) => return Poll::Ready(Err(e)),
         };
-        this.future.poll(cx).map(Ok)
+        *this.live = true;
+        let out = inner(this.future).poll(cx);
+        *this.live = out.is_pending();
+        out.map(Ok)
     }
 }
+
+/// The error of a [`Spanned`] future: `Infallible` only if both kinds of
+/// scope are.
+pub type SpannedError<P, S> = <<P as Scope>::Error as EntryError>::Or<<S as Scope>::Error>;
 
 pin_project! {
     /// A future with two kinds of scope: `per_poll` is entered around every
     /// poll (per-thread state: grad mode, the current device), `span` once,
     /// at the first poll, inside `per_poll`, and left when the future
     /// completes or is dropped (timers, seeds, checkpoints: state that must
-    /// cover the whole future, like a Python `with` around an `await`). Made by [`ScopeFutureExt::in_span`] and by the macros.
+    /// cover the whole future, like a Python `with` around an `await`).
+    /// Made by [`ScopeFutureExt::in_span`] and by the macros.
+    ///
+    /// Dropped mid-flight, the future's locals are dropped inside both, and
+    /// then the span is left inside `per_poll`, as it was entered.
     ///
     /// The span's guard lives in the future, so the future is `Send` only
     /// if that guard is.
@@ -87,22 +134,20 @@ pin_project! {
     pub struct Spanned<P: Scope, S: Scope, F> {
         per_poll: P,
         span: S,
-        // Declared before `guard`: a dropped future's locals go first.
         #[pin]
-        future: F,
+        future: ManuallyDrop<F>,
         guard: Option<S::Guard>,
         started: bool,
+        live: bool,
     }
 
     impl<P: Scope, S: Scope, F> PinnedDrop for Spanned<P, S, F> {
         fn drop(this: Pin<&mut Self>) {
-            // Cancelled mid-flight: leave the span inside `per_poll`, as it
-            // was entered (a timer syncs the scope's device, say).
             let this = this.project();
-            if this.guard.is_some() {
-                let _outer = this.per_poll.enter().ok();
-                *this.guard = None;
-            }
+            let _outer = if *this.live { this.per_poll.enter().ok() } else { None };
+            // SAFETY: dropped in place, once, and never touched again.
+            unsafe { ManuallyDrop::drop(this.future.get_unchecked_mut()) }
+            *this.guard = None;
         }
     }
 }
@@ -117,31 +162,35 @@ impl<P: Scope, S: Scope, F> Spanned<P, S, F> {
         Self {
             per_poll,
             span,
-            future,
+            future: ManuallyDrop::new(future),
             guard: None,
             started: false,
+            live: false,
         }
     }
 }
 
 impl<P: Scope, S: Scope, F: Future> Future for Spanned<P, S, F> {
-    type Output = Result<F::Output, ScopeError>;
+    /// The future's value, or the error of a scope that could not be entered.
+    type Output = Result<F::Output, SpannedError<P, S>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let outer = match this.per_poll.enter() {
             Ok(g) => g,
-            Err(e) => return Poll::Ready(Err(e)),
+            Err(e) => return Poll::Ready(Err(e.or::<S::Error>())),
         };
         if !*this.started {
             *this.started = true;
             match this.span.enter() {
                 Ok(g) => *this.guard = Some(g),
-                Err(e) => return Poll::Ready(Err(e)),
+                Err(e) => return Poll::Ready(Err(<P::Error as EntryError>::or_from(e))),
             }
         }
-        let out = this.future.poll(cx);
+        *this.live = true;
+        let out = inner(this.future).poll(cx);
         if out.is_ready() {
+            *this.live = false;
             // Leave the span before the per-poll scopes, as entered.
             *this.guard = None;
         }

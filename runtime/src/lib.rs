@@ -44,6 +44,7 @@
 //! | `with(expr)` | `with expr:` | any [`Scope`] |
 //! | `seed(n)` | `fork_rng()` + `torch.manual_seed(n)` | [`Seed`] |
 //! | `fork_rng` | `torch.random.fork_rng()` | [`ForkRng`] |
+//! | `threads(n)` | `torch.set_num_threads(n)` … restore | [`Threads`] |
 //! | `autocast(cpu, bf16)`, `autocast(cuda, f16)` | `torch.autocast("cuda", torch.float16)` | [`Autocast`] |
 //! | `profile("trace.json")` | `torch.profiler.profile()` + `export_chrome_trace` | [`Profile`] |
 //! | `record("name")` | `torch.profiler.record_function("name")` | [`Record`] |
@@ -55,7 +56,7 @@
 //! | `gpu_memory_scope(device = 0, empty_cache = false)` | `torch.cuda.memory_allocated()` / `max_memory_allocated()` reporter | [`GpuMemory`] |
 //! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
 //!
-//! `seed`, `fork_rng`, `detect_anomaly` and `deterministic` change
+//! `seed`, `fork_rng`, `threads`, `detect_anomaly` and `deterministic` change
 //! process-wide libtorch state (every thread sees it); [`ScopeStack`] enters
 //! scopes chosen at run time, like `contextlib.ExitStack`. Measurements of
 //! `timed` and the memory scopes go to [`report()`](report::report), to a
@@ -99,8 +100,8 @@ mod tls;
 // The guards live in scopes/; their modules keep their short paths
 // (`crate::grad`, …) inside the crate.
 use scopes::{
-    anomaly, autocast, checkpoint, cmodule, deterministic, device, grad, profile, rng, timer,
-    train, with_mode,
+    anomaly, autocast, checkpoint, cmodule, deterministic, device, grad, profile, rng, threads,
+    timer, train, with_mode,
 };
 
 #[path = "distributed/mod.rs"]
@@ -114,9 +115,9 @@ pub use device::{
     DeviceGuard, IntoScopeDevice, OnDevice, built_with_cuda, cuda_device_count,
     current_cuda_device, current_device,
 };
-pub use error::ScopeError;
+pub use error::{EntryError, ScopeError};
 pub use exit::{ExitError, exit_errors_reported, reset_exit_hook, set_exit_hook};
-pub use future::{ScopeFutureExt, Scoped, Spanned};
+pub use future::{ScopeFutureExt, Scoped, Spanned, SpannedError};
 pub use grad::{
     EnableGrad, Grad, GradGuard, InferenceMode, InferenceModeGuard, NoGrad, is_grad_enabled,
     is_inference_mode_enabled,
@@ -137,11 +138,12 @@ pub use deterministic::{Deterministic, DeterministicGuard, deterministic_mode};
 pub use profile::{Profile, ProfileGuard, Record, RecordGuard};
 pub use rng::{ForkRng, RngGuard, Seed};
 pub use stack::ScopeStack;
+pub use threads::{Threads, ThreadsGuard};
 
 pub use tch_scope_macros::distributed;
 pub use tch_scope_macros::scoped as scope;
 pub use tch_scope_macros::{
-    autocast, checkpoint, detect_anomaly, deterministic, fork_rng, profile, record, seed,
+    autocast, checkpoint, detect_anomaly, deterministic, fork_rng, profile, record, seed, threads,
 };
 pub use tch_scope_macros::{device, enable_grad, eval, grad, inference_mode, no_grad, train, with};
 pub use tch_scope_macros::{gpu_memory_scope, memory_scope, timed};

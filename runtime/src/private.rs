@@ -10,10 +10,13 @@ pub use crate::private_ctx::*;
 pub use crate::ffi::inject_fault;
 
 pub use crate::dist::{Backend as DistBackend, Distributed};
-pub use crate::{Chain, End, Scope, ScopeError, Scoped, Spanned};
+pub use crate::{Chain, End, EntryError, Scope, ScopeError, Scoped, Spanned};
+
 use crate::{
     EnableGrad, Grad, InferenceMode, IntoScopeDevice, Mode, NoGrad, OnDevice, Trainable, When,
 };
+use std::convert::Infallible;
+use std::marker::PhantomData;
 
 #[inline(always)]
 pub fn no_grad() -> NoGrad {
@@ -83,8 +86,20 @@ pub fn when<S: Scope>(on: bool, scope: S) -> When<S> {
 }
 
 #[inline(always)]
-pub fn enter<S: Scope>(mut scope: S) -> Result<S::Guard, ScopeError> {
+pub fn enter<S: Scope>(mut scope: S) -> Result<S::Guard, S::Error> {
     scope.enter()
+}
+
+/// `try_scoped!`: every error as a `ScopeError`.
+#[inline(always)]
+pub fn try_enter<S: Scope>(mut scope: S) -> Result<S::Guard, ScopeError> {
+    scope.enter().map_err(EntryError::into_scope_error)
+}
+
+/// A future's `Result` with the error as a `ScopeError` (`try_scoped!`).
+#[inline(always)]
+pub fn scope_result<T, E: EntryError>(r: Result<T, E>) -> Result<T, ScopeError> {
+    r.map_err(EntryError::into_scope_error)
 }
 
 // `inline`, not `inline(always)`: LLVM honours `always` even in debug
@@ -100,28 +115,60 @@ pub fn enter_or_panic<S: Scope>(mut scope: S) -> S::Guard {
     }
 }
 
-/// `E::from(ScopeError)` for a scoped function returning `Result<_, E>`,
-/// with a message that says what to do when `E` can't hold one.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot hold a `ScopeError`, which this function returns when a scope can't be entered",
-    label = "the error type of a scoped function must implement `From<tch_scope::ScopeError>`",
-    note = "implement `From<tch_scope::ScopeError>` for `{Self}`, return an error type that has it (`Box<dyn std::error::Error>`, `anyhow::Error`), or return a non-`Result` type to panic with the `ScopeError` instead"
-)]
-pub trait ErrorFromScope {
-    fn from_scope(e: ScopeError) -> Self;
+#[cold]
+#[track_caller]
+pub fn panic_scope_error<E: EntryError>(e: E) -> ! {
+    panic!("{}", e.into_scope_error())
 }
 
-impl<E: From<ScopeError>> ErrorFromScope for E {
+/// How a scoped function returning `R` leaves when a scope's entry failed
+/// with an `E`. Three traits, tried by autoref in this order:
+/// [`LeaveInfallible`] (`E` is `Infallible`: never called, no bound on `R`),
+/// [`LeaveWithErr`] (`R` is `Result<_, X>` with `X: From<ScopeError>`:
+/// returns `Err`), [`LeavePanicking`] (anything else: panics with the
+/// message). A generic `X` without a `From<ScopeError>` bound in scope
+/// takes the panicking path.
+pub struct Leave<R, E>(PhantomData<fn() -> (R, E)>);
+
+impl<R, E> Leave<R, E> {
+    /// Infers `E` from the error at hand; `R` is written by the expansion.
     #[inline(always)]
-    fn from_scope(e: ScopeError) -> Self {
-        E::from(e)
+    pub fn of(_: &E) -> Self {
+        Leave(PhantomData)
     }
 }
 
-#[cold]
-#[track_caller]
-pub fn panic_scope_error(e: ScopeError) -> ! {
-    panic!("{e}")
+pub trait LeaveInfallible<R> {
+    fn leave(self, e: Infallible) -> R;
+}
+
+impl<R> LeaveInfallible<R> for &&&Leave<R, Infallible> {
+    #[inline(always)]
+    fn leave(self, e: Infallible) -> R {
+        match e {}
+    }
+}
+
+pub trait LeaveWithErr<R> {
+    fn leave(self, e: ScopeError) -> R;
+}
+
+impl<T, X: From<ScopeError>> LeaveWithErr<Result<T, X>> for &&Leave<Result<T, X>, ScopeError> {
+    #[inline(always)]
+    fn leave(self, e: ScopeError) -> Result<T, X> {
+        Err(X::from(e))
+    }
+}
+
+pub trait LeavePanicking<R> {
+    fn leave(self, e: ScopeError) -> R;
+}
+
+impl<R> LeavePanicking<R> for &Leave<R, ScopeError> {
+    #[track_caller]
+    fn leave(self, e: ScopeError) -> R {
+        panic_scope_error(e)
+    }
 }
 
 pub use crate::SyncMode;

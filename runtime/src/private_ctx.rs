@@ -21,6 +21,11 @@ pub fn fork_rng() -> ForkRng {
 }
 
 #[inline(always)]
+pub fn threads(n: usize) -> crate::Threads {
+    crate::Threads(n)
+}
+
+#[inline(always)]
 pub fn autocast_cpu_bf16() -> Autocast {
     Autocast::cpu(Kind::BFloat16)
 }

@@ -1,6 +1,8 @@
 //! The [`Scope`] trait and the combinators the macros build on.
 
-use crate::ScopeError;
+use std::convert::Infallible;
+
+use crate::EntryError;
 
 /// Something that can be entered, giving a guard that restores the previous
 /// state when dropped: the Rust counterpart of a Python context manager.
@@ -10,13 +12,18 @@ use crate::ScopeError;
 /// [`scoped!`](crate::scoped) or `#[with(…)]`. `enter` takes `&mut self` so
 /// that an async scope can enter the same value again on every poll.
 ///
+/// `Error` is [`Infallible`] for a scope whose entry cannot fail, and
+/// [`ScopeError`](crate::ScopeError) otherwise: attributes of infallible
+/// scopes then put no bound on the function's return type.
+///
 /// Guards should be `!Send` when the state they restore is per thread (grad
 /// mode, the current device): a guard dropped on another thread would
 /// restore the wrong thread.
 ///
 /// ```
 /// use std::cell::Cell;
-/// use tch_scope::{Scope, ScopeError, scoped};
+/// use std::convert::Infallible;
+/// use tch_scope::{Scope, scoped};
 ///
 /// thread_local!(static DEPTH: Cell<u32> = const { Cell::new(0) });
 ///
@@ -24,7 +31,8 @@ use crate::ScopeError;
 /// struct DepthGuard;
 /// impl Scope for Depth {
 ///     type Guard = DepthGuard;
-///     fn enter(&mut self) -> Result<DepthGuard, ScopeError> {
+///     type Error = Infallible; // entering cannot fail
+///     fn enter(&mut self) -> Result<DepthGuard, Infallible> {
 ///         DEPTH.with(|d| d.set(d.get() + 1));
 ///         Ok(DepthGuard)
 ///     }
@@ -48,19 +56,24 @@ pub trait Scope {
     /// Restores the state on drop.
     type Guard;
 
+    /// [`Infallible`] or [`ScopeError`](crate::ScopeError): see [`EntryError`].
+    type Error: EntryError;
+
     /// Enters the scope.
     ///
     /// # Errors
-    /// A [`ScopeError`] naming the scope, the device and the reason when the
-    /// scope cannot be entered (e.g. `device(3)` on a machine with one GPU).
-    fn enter(&mut self) -> Result<Self::Guard, ScopeError>;
+    /// A [`ScopeError`](crate::ScopeError) naming the scope, the device and
+    /// the reason when the scope cannot be entered (e.g. `device(3)` on a
+    /// machine with one GPU).
+    fn enter(&mut self) -> Result<Self::Guard, Self::Error>;
 }
 
 impl<S: Scope + ?Sized> Scope for &mut S {
     type Guard = S::Guard;
+    type Error = S::Error;
 
     #[inline]
-    fn enter(&mut self) -> Result<S::Guard, ScopeError> {
+    fn enter(&mut self) -> Result<S::Guard, S::Error> {
         (**self).enter()
     }
 }
@@ -89,12 +102,13 @@ pub struct ChainGuard<A, B> {
 
 impl<A: Scope, B: Scope> Scope for Chain<A, B> {
     type Guard = ChainGuard<A::Guard, B::Guard>;
+    type Error = <A::Error as EntryError>::Or<B::Error>;
 
     #[inline]
-    fn enter(&mut self) -> Result<Self::Guard, ScopeError> {
-        let outer = self.0.enter()?;
+    fn enter(&mut self) -> Result<Self::Guard, Self::Error> {
+        let outer = self.0.enter().map_err(EntryError::or::<B::Error>)?;
         // If B fails, `outer` drops here and A is left again.
-        let inner = self.1.enter()?;
+        let inner = self.1.enter().map_err(<A::Error as EntryError>::or_from)?;
         Ok(ChainGuard { inner, outer })
     }
 }
@@ -110,9 +124,10 @@ pub struct End;
 
 impl Scope for End {
     type Guard = ();
+    type Error = Infallible;
 
     #[inline]
-    fn enter(&mut self) -> Result<(), ScopeError> {
+    fn enter(&mut self) -> Result<(), Infallible> {
         Ok(())
     }
 }
@@ -146,9 +161,10 @@ impl<S> When<S> {
 
 impl<S: Scope> Scope for When<S> {
     type Guard = Option<S::Guard>;
+    type Error = S::Error;
 
     #[inline]
-    fn enter(&mut self) -> Result<Self::Guard, ScopeError> {
+    fn enter(&mut self) -> Result<Self::Guard, S::Error> {
         if self.on {
             self.scope.enter().map(Some)
         } else {

@@ -2,7 +2,7 @@
 
 use std::marker::PhantomData;
 
-use crate::{Scope, ScopeError};
+use crate::{EntryError, Scope, ScopeError};
 
 /// A scope's guard (or a callback), held only for its `Drop`.
 trait Guard {}
@@ -75,7 +75,7 @@ impl<'a> ScopeStack<'a> {
     where
         S::Guard: 'a,
     {
-        let guard = scope.enter()?;
+        let guard = scope.enter().map_err(EntryError::into_scope_error)?;
         self.guards.push(Box::new(guard));
         Ok(())
     }

@@ -25,13 +25,16 @@ thread_local! {
 }
 
 /// This thread's pointers; the first call on a thread asks libtorch.
+///
+/// Taking the address of a C++ thread-local cannot fail, so neither can
+/// this: grad and inference mode are infallible scopes.
 #[inline]
-pub(crate) fn get() -> Result<Tls, String> {
+pub(crate) fn get() -> Tls {
     let t = TLS.with(Cell::get);
     if !t.autograd.is_null() {
-        return Ok(t);
+        return t;
     }
-    init()
+    init().unwrap_or_else(|e| panic!("libtorch gave no thread state: {e}"))
 }
 
 #[cold]

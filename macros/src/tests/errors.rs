@@ -4,7 +4,8 @@ use proc_macro2::TokenStream;
 
 use super::lex;
 use crate::attr::{Attr, attr_tokens, attribute};
-use crate::bang::{Flavor, scoped_tokens};
+use crate::bang::scoped_tokens;
+use crate::expand::Flavor;
 
 /// The errors of a failed expansion: (message, line, column), 1-based line
 /// and 0-based column within the input as proc-macro2 reports them.

@@ -9,7 +9,8 @@ use quote::quote;
 
 use super::lex;
 use crate::attr::{Attr, attr_tokens};
-use crate::bang::{Flavor, scoped_tokens};
+use crate::bang::scoped_tokens;
+use crate::expand::Flavor;
 
 fn snapshot(name: &str, input: &str, expansion: TokenStream) {
     let file: syn::File = syn::parse2(expansion.clone())
@@ -85,7 +86,9 @@ fn attr_snapshot(name: &str, attr: Attr, args: &str, item: &str, wrap: Option<&s
 fn assert_absolute(tokens: &TokenStream) {
     // `clippy::` names lints in `#[allow]`, not a path.
     const USER: &[&str] = &["anyhow", "io", "Timer", "Kind", "clippy"];
-    const KEYWORDS: &[&str] = &["match", "return", "in", "let", "move", "async", "if", "as"];
+    const KEYWORDS: &[&str] = &[
+        "match", "return", "in", "let", "move", "async", "if", "as", "use",
+    ];
     // Bare `Ok`, `Err`, `From`.. would resolve through the caller's scope;
     // the inputs' own `Ok(..)` is the only one allowed.
     const STD: &[&str] = &["Err", "Some", "None", "From", "Result", "Option"];

@@ -16,34 +16,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use proc_macro2::{Group, TokenStream, TokenTree};
 
 use crate::attr::{Attr, attr_tokens, attribute};
-use crate::bang::{Flavor, scoped_macro, scoped_tokens};
+use crate::bang::{scoped_macro, scoped_tokens};
+use crate::expand::Flavor;
 
 const DEFAULT_CASES: u64 = 10_000;
 
-/// Every scope word, its option and argument words, misspellings, and Rust
-/// tokens that trip parsers (jumps, labels, literals of every kind).
-const VOCABULARY: &[&str] = &[
-    // The scope words.
-    "no_grad",
-    "enable_grad",
-    "grad",
-    "inference_mode",
-    "device",
-    "eval",
-    "train",
-    "with",
-    "timed",
-    "memory_scope",
-    "gpu_memory_scope",
-    "distributed",
-    "seed",
-    "fork_rng",
-    "autocast",
-    "profile",
-    "record",
-    "checkpoint",
-    "detect_anomaly",
-    "deterministic",
+/// Rust tokens and words around the scope words (which come from the
+/// table, see [`vocabulary`]).
+const EXTRA_VOCABULARY: &[&str] = &[
     "scoped",
     "scope",
     // Their argument and option words.
@@ -144,71 +124,33 @@ const VOCABULARY: &[&str] = &[
     "<",
     ">",
     "crate",
+    "crate = \"ts\"",
     "unsafe",
     "Duration::from_secs(1)",
     "format!(\"h:{}\", p)",
 ];
 
-/// Valid items of every word in every syntax, mixed in so validation and
-/// expansion are reached too, and mutated into near-valid input.
-const ITEMS: &[&str] = &[
-    "no_grad",
-    "enable_grad",
-    "grad(t)",
-    "grad(false)",
-    "inference_mode",
-    "device(0)",
-    "device(cpu)",
-    "device(\"cuda:1\")",
-    "device(d)",
-    "eval(model)",
-    "train(m)",
-    "with(s)",
-    "no_grad if c",
-    "device(1) if gpu",
-    "timed",
-    "timed(\"fwd\")",
-    "timed(\"fwd\", sync)",
-    "timed(name = \"n\", sync = flag)",
-    "memory_scope",
-    "memory_scope(\"m\")",
-    "gpu_memory_scope(device = 0)",
-    "gpu_memory_scope(device = 0, empty_cache = true, name = \"g\")",
-    "distributed(from_env)",
-    "distributed(from_env, timeout = Duration::from_secs(3))",
-    "distributed(rank = 0, world_size = 2, master = \"127.0.0.1:29500\")",
-    "distributed(backend = gloo, rank = r, world_size = n, master = m)",
-    "seed(42)",
-    "fork_rng",
-    "autocast(cpu)",
-    "autocast(cpu, bf16)",
-    "autocast(cuda, f16)",
-    "profile(\"trace.json\")",
-    "profile(&path)",
-    "record(\"range\")",
-    "checkpoint(vs, \"model.ot\")",
-    "checkpoint(vs, &path, resume)",
-    "checkpoint(vs, p, resume = again)",
-    "detect_anomaly",
-    "detect_anomaly(check_nan = false)",
-    "deterministic",
-    "deterministic(warn_only)",
-    "deterministic(warn_only = w)",
-];
+/// Every scope word (from the table), its option and argument words,
+/// misspellings, and Rust tokens that trip parsers (jumps, labels, literals
+/// of every kind).
+fn vocabulary() -> &'static [&'static str] {
+    static ALL: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| {
+        let words = crate::words::WORDS.iter().map(|w| w.name);
+        words.chain(EXTRA_VOCABULARY.iter().copied()).collect()
+    })
+}
 
-/// Attribute forms: each word attribute with the arguments it takes.
-const WORD_ATTRS: &[&str] = &[
-    "no_grad",
-    "device",
-    "timed",
-    "eval",
-    "distributed",
-    "autocast",
-    "checkpoint",
-    "deterministic",
-    "gpu_memory_scope",
-    "seed",
-];
+/// Valid items of every word in every syntax (each row's examples), mixed
+/// in so validation and expansion are reached too, and mutated into
+/// near-valid input.
+fn items() -> &'static [&'static str] {
+    static ALL: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| {
+        let rows = crate::words::WORDS.iter();
+        rows.flat_map(|w| w.examples.iter().copied()).collect()
+    })
+}
 
 const BODIES: &[&str] = &[
     "{ x }",
@@ -261,7 +203,7 @@ fn random_source(rng: &mut Rng, depth: usize) -> String {
                 out += &random_source(rng, depth + 1);
                 out += close;
             }
-            _ => out += rng.pick(VOCABULARY),
+            _ => out += rng.pick(vocabulary()),
         }
         out += " ";
     }
@@ -271,7 +213,7 @@ fn random_source(rng: &mut Rng, depth: usize) -> String {
 /// A valid list of one to four items.
 fn valid_list(rng: &mut Rng) -> String {
     (0..=rng.below(4))
-        .map(|_| rng.pick(ITEMS))
+        .map(|_| rng.pick(items()))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -283,7 +225,7 @@ fn mutate(rng: &mut Rng, tokens: TokenStream) -> TokenStream {
     let mut tts: Vec<TokenTree> = tokens.into_iter().collect();
     for _ in 0..=rng.below(3) {
         if tts.is_empty() {
-            tts.extend(lex(rng.pick(VOCABULARY)));
+            tts.extend(lex(rng.pick(vocabulary())));
             continue;
         }
         let i = rng.below(tts.len());
@@ -292,11 +234,11 @@ fn mutate(rng: &mut Rng, tokens: TokenStream) -> TokenStream {
             1 => tts.insert(i, tts[i].clone()),
             2 if i + 1 < tts.len() => tts.swap(i, i + 1),
             3 => {
-                let new: Vec<_> = lex(rng.pick(VOCABULARY)).into_iter().collect();
+                let new: Vec<_> = lex(rng.pick(vocabulary())).into_iter().collect();
                 tts.splice(i..=i, new);
             }
             4 => {
-                let new: Vec<_> = lex(rng.pick(VOCABULARY)).into_iter().collect();
+                let new: Vec<_> = lex(rng.pick(vocabulary())).into_iter().collect();
                 tts.splice(i..i, new);
             }
             _ => {
@@ -467,7 +409,12 @@ fn run_case(case: u64, tally: &mut Tally) {
     // rustc hands attributes only items that parse; for those, the output
     // must parse too.
     let item_parses = syn::parse2::<syn::ImplItem>(lex(&item)).is_ok();
-    let word = rng.pick(WORD_ATTRS);
+    let word = rng.pick(
+        &crate::words::WORDS
+            .iter()
+            .map(|w| w.name)
+            .collect::<Vec<_>>(),
+    );
     for (attr, name, word) in [
         (Attr::List, "scope", None),
         (Attr::Word(word), word, Some(word)),

@@ -4,6 +4,7 @@
 mod errors;
 mod expansion;
 mod fuzz;
+mod table;
 
 use proc_macro2::TokenStream;
 

@@ -36,9 +36,16 @@ async fn load(path: &Path) -> io::Result<Tensor> {
     match __tch_scope_fut.await {
         ::core::result::Result::Ok(__tch_scope_value) => __tch_scope_value,
         ::core::result::Result::Err(__tch_scope_err) => {
-            return ::core::result::Result::Err(
-                ::tch_scope::__private::ErrorFromScope::from_scope(__tch_scope_err),
-            );
+            return {
+                use ::tch_scope::__private::{
+                    LeaveInfallible as _, LeavePanicking as _, LeaveWithErr as _,
+                };
+                (&&&::tch_scope::__private::Leave::<
+                    io::Result<Tensor>,
+                    _,
+                >::of(&__tch_scope_err))
+                    .leave(__tch_scope_err)
+            };
         }
     }
 }

@@ -12,9 +12,16 @@ fn evaluate(model: &Model) -> anyhow::Result<f64> {
     ) {
         ::core::result::Result::Ok(__tch_scope_entered) => __tch_scope_entered,
         ::core::result::Result::Err(__tch_scope_err) => {
-            return ::core::result::Result::Err(
-                ::tch_scope::__private::ErrorFromScope::from_scope(__tch_scope_err),
-            );
+            return {
+                use ::tch_scope::__private::{
+                    LeaveInfallible as _, LeavePanicking as _, LeaveWithErr as _,
+                };
+                (&&&::tch_scope::__private::Leave::<
+                    anyhow::Result<f64>,
+                    _,
+                >::of(&__tch_scope_err))
+                    .leave(__tch_scope_err)
+            };
         }
     };
     let __tch_scope_guard1 = match ::tch_scope::__private::enter(
@@ -22,9 +29,16 @@ fn evaluate(model: &Model) -> anyhow::Result<f64> {
     ) {
         ::core::result::Result::Ok(__tch_scope_entered) => __tch_scope_entered,
         ::core::result::Result::Err(__tch_scope_err) => {
-            return ::core::result::Result::Err(
-                ::tch_scope::__private::ErrorFromScope::from_scope(__tch_scope_err),
-            );
+            return {
+                use ::tch_scope::__private::{
+                    LeaveInfallible as _, LeavePanicking as _, LeaveWithErr as _,
+                };
+                (&&&::tch_scope::__private::Leave::<
+                    anyhow::Result<f64>,
+                    _,
+                >::of(&__tch_scope_err))
+                    .leave(__tch_scope_err)
+            };
         }
     };
     {

@@ -3,12 +3,12 @@
 // Expansion:
 
 fn expansion() {
-    match ::tch_scope::__private::enter(::tch_scope::__private::device_cpu()) {
+    match ::tch_scope::__private::try_enter(::tch_scope::__private::device_cpu()) {
         ::core::result::Result::Err(__tch_scope_err) => {
             ::core::result::Result::Err(__tch_scope_err)
         }
         ::core::result::Result::Ok(__tch_scope_guard0) => {
-            match ::tch_scope::__private::enter(::tch_scope::__private::no_grad()) {
+            match ::tch_scope::__private::try_enter(::tch_scope::__private::no_grad()) {
                 ::core::result::Result::Err(__tch_scope_err) => {
                     ::core::result::Result::Err(__tch_scope_err)
                 }

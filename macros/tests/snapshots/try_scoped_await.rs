@@ -4,14 +4,16 @@
 
 fn expansion() {
     {
-        ::tch_scope::__private::Spanned::new(
-                ::tch_scope::__private::Chain(
-                    ::tch_scope::__private::inference_mode(),
+        ::tch_scope::__private::scope_result(
+            ::tch_scope::__private::Spanned::new(
+                    ::tch_scope::__private::Chain(
+                        ::tch_scope::__private::inference_mode(),
+                        ::tch_scope::__private::End,
+                    ),
                     ::tch_scope::__private::End,
-                ),
-                ::tch_scope::__private::End,
-                async { fetch(url).await },
-            )
-            .await
+                    async { fetch(url).await },
+                )
+                .await,
+        )
     }
 }

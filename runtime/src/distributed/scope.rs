@@ -267,6 +267,7 @@ impl Distributed {
 
 impl Scope for Distributed {
     type Guard = DistGuard;
+    type Error = ScopeError;
 
     fn enter(&mut self) -> Result<DistGuard, ScopeError> {
         let inner = match &self.joined {

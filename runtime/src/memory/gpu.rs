@@ -102,6 +102,7 @@ impl std::fmt::Debug for GpuMemoryGuard {
 
 impl Scope for GpuMemory {
     type Guard = GpuMemoryGuard;
+    type Error = ScopeError;
 
     fn enter(&mut self) -> Result<GpuMemoryGuard, ScopeError> {
         let name = format!("gpu_memory_scope(device = {})", self.device);

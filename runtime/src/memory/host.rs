@@ -3,12 +3,13 @@
 //! `/proc/self/clear_refs` (Linux ≥ 4.0); where that is refused, the report
 //! says `peak_is_scoped: false`.
 
+use std::convert::Infallible;
 use std::marker::PhantomData;
 
 use super::peak::{Counter, Ticket, Tracker};
 use super::{MemoryReport, finish};
+use crate::Scope;
 use crate::report::Outcome;
-use crate::{Scope, ScopeError};
 
 static TRACKER: Tracker = Tracker::new();
 
@@ -41,7 +42,7 @@ impl Counter for Proc {
 /// use tch_scope::{HostMemory, Scope};
 /// let g = HostMemory::new("doc_host").enter().unwrap();
 /// let v = vec![1u8; 32 << 20];
-/// let report = g.finish();
+/// let report = g.finish().expect("/proc/self/status is readable");
 /// assert!(report.peak_growth() >= 30 << 20);
 /// drop(v);
 /// ```
@@ -80,14 +81,18 @@ impl std::fmt::Debug for HostMemoryGuard {
 
 impl Scope for HostMemory {
     type Guard = HostMemoryGuard;
+    type Error = Infallible;
 
-    fn enter(&mut self) -> Result<HostMemoryGuard, ScopeError> {
+    /// Never fails: where `/proc/self/status` can't be read, the exit hook
+    /// hears why and the scope reports nothing.
+    fn enter(&mut self) -> Result<HostMemoryGuard, Infallible> {
         let ticket = TRACKER
             .enter(&Proc)
-            .map_err(|r| ScopeError::new(format!("memory_scope({:?})", self.name), None, r))?;
+            .map_err(|r| crate::exit::report(format!("memory_scope({:?})", self.name), r))
+            .ok();
         Ok(HostMemoryGuard {
             name: self.name,
-            ticket: Some(ticket),
+            ticket,
             failed: false,
             _not_send: PhantomData,
         })
@@ -101,9 +106,10 @@ impl HostMemoryGuard {
         self.failed = true;
     }
 
-    /// Leaves the scope now and returns its report (also recorded as usual).
-    pub fn finish(mut self) -> MemoryReport {
-        self.close().expect("open until finished")
+    /// Leaves the scope now and returns its report (also recorded as
+    /// usual); `None` where `/proc/self/status` could not be read at entry.
+    pub fn finish(mut self) -> Option<MemoryReport> {
+        self.close()
     }
 
     fn close(&mut self) -> Option<MemoryReport> {

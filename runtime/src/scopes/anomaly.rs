@@ -6,9 +6,10 @@
 //! (with `check_nan`) fail on NaN gradients, at a large cost in speed.
 //! Entering saves the previous flag and `check_nan`, leaving puts both back.
 
+use std::convert::Infallible;
 use std::marker::PhantomData;
 
-use crate::{Scope, ScopeError};
+use crate::Scope;
 
 unsafe extern "C" {
     fn tch_scope_anomaly_get(enabled: *mut bool, check_nan: *mut bool);
@@ -90,8 +91,9 @@ fn get() -> (bool, bool) {
 
 impl Scope for DetectAnomaly {
     type Guard = AnomalyGuard;
+    type Error = Infallible;
 
-    fn enter(&mut self) -> Result<AnomalyGuard, ScopeError> {
+    fn enter(&mut self) -> Result<AnomalyGuard, Infallible> {
         let (enabled, check_nan) = get();
         // SAFETY: sets two static bools.
         unsafe { tch_scope_anomaly_set(self.enabled, self.check_nan) };

@@ -166,6 +166,7 @@ impl std::fmt::Debug for AutocastGuard {
 
 impl Scope for Autocast {
     type Guard = AutocastGuard;
+    type Error = ScopeError;
 
     fn enter(&mut self) -> Result<AutocastGuard, ScopeError> {
         let dtype = match self.dtype {

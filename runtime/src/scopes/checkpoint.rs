@@ -173,6 +173,7 @@ pub struct CheckpointGuard<'a> {
 
 impl<'a> Scope for Checkpoint<'a> {
     type Guard = CheckpointGuard<'a>;
+    type Error = ScopeError;
 
     fn enter(&mut self) -> Result<CheckpointGuard<'a>, ScopeError> {
         let mut log = Metrics::default();

@@ -72,6 +72,7 @@ fn get() -> (bool, bool) {
 
 impl Scope for Deterministic {
     type Guard = DeterministicGuard;
+    type Error = ScopeError;
 
     fn enter(&mut self) -> Result<DeterministicGuard, ScopeError> {
         let (enabled, warn_only) = get();

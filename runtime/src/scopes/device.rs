@@ -182,6 +182,7 @@ pub struct DeviceGuard {
 
 impl Scope for OnDevice {
     type Guard = DeviceGuard;
+    type Error = ScopeError;
 
     fn enter(&mut self) -> Result<DeviceGuard, ScopeError> {
         let device = self.device.clone()?;

@@ -4,10 +4,11 @@
 //! Both are per OS thread in libtorch, so the guards are `!Send`: a thread
 //! spawned inside `no_grad` starts with grad mode on, as in PyTorch.
 
+use std::convert::Infallible;
 use std::marker::PhantomData;
 
 use crate::tls::{self, Tls};
-use crate::{Scope, ScopeError, ffi};
+use crate::{Scope, ffi};
 
 /// `torch.no_grad()`: grad mode off for the scope.
 ///
@@ -53,8 +54,9 @@ pub struct GradGuard {
     previous: bool,
 }
 
-fn set_grad(scope: &'static str, enabled: bool) -> Result<GradGuard, ScopeError> {
-    let t = tls::get().map_err(|e| ScopeError::new(scope, None, e))?;
+#[inline]
+fn set_grad(enabled: bool) -> Result<GradGuard, Infallible> {
+    let t = tls::get();
     // SAFETY: `t.autograd` is this thread's AutogradState, valid for the
     // thread's life; the guard is !Send so it is used on this thread only.
     let previous = unsafe { ffi::tch_scope_grad_exchange(t.autograd, enabled) };
@@ -74,28 +76,31 @@ impl Drop for GradGuard {
 
 impl Scope for NoGrad {
     type Guard = GradGuard;
+    type Error = Infallible;
 
     #[inline]
-    fn enter(&mut self) -> Result<GradGuard, ScopeError> {
-        set_grad("no_grad", false)
+    fn enter(&mut self) -> Result<GradGuard, Infallible> {
+        set_grad(false)
     }
 }
 
 impl Scope for EnableGrad {
     type Guard = GradGuard;
+    type Error = Infallible;
 
     #[inline]
-    fn enter(&mut self) -> Result<GradGuard, ScopeError> {
-        set_grad("enable_grad", true)
+    fn enter(&mut self) -> Result<GradGuard, Infallible> {
+        set_grad(true)
     }
 }
 
 impl Scope for Grad {
     type Guard = GradGuard;
+    type Error = Infallible;
 
     #[inline]
-    fn enter(&mut self) -> Result<GradGuard, ScopeError> {
-        set_grad("grad", self.0)
+    fn enter(&mut self) -> Result<GradGuard, Infallible> {
+        set_grad(self.0)
     }
 }
 
@@ -132,10 +137,11 @@ impl std::fmt::Debug for InferenceModeGuard {
 
 impl Scope for InferenceMode {
     type Guard = InferenceModeGuard;
+    type Error = Infallible;
 
     #[inline]
-    fn enter(&mut self) -> Result<InferenceModeGuard, ScopeError> {
-        let tls = tls::get().map_err(|e| ScopeError::new("inference_mode", None, e))?;
+    fn enter(&mut self) -> Result<InferenceModeGuard, Infallible> {
+        let tls = tls::get();
         let mut saved = ffi::InferenceSaved::default();
         // SAFETY: this thread's pointers (see tls.rs); `saved` is writable.
         unsafe { ffi::tch_scope_inference_enter(tls.autograd, tls.keys, true, &mut saved) };
@@ -161,11 +167,8 @@ impl Drop for InferenceModeGuard {
 /// assert!(tch_scope::is_grad_enabled());
 /// ```
 pub fn is_grad_enabled() -> bool {
-    match tls::get() {
-        // SAFETY: this thread's AutogradState.
-        Ok(t) => unsafe { ffi::tch_scope_grad_get(t.autograd) },
-        Err(_) => true,
-    }
+    // SAFETY: this thread's AutogradState.
+    unsafe { ffi::tch_scope_grad_get(tls::get().autograd) }
 }
 
 /// Whether inference mode is on in this thread
@@ -175,9 +178,6 @@ pub fn is_grad_enabled() -> bool {
 /// assert!(!tch_scope::is_inference_mode_enabled());
 /// ```
 pub fn is_inference_mode_enabled() -> bool {
-    match tls::get() {
-        // SAFETY: this thread's AutogradState.
-        Ok(t) => unsafe { ffi::tch_scope_inference_get(t.autograd) },
-        Err(_) => false,
-    }
+    // SAFETY: this thread's AutogradState.
+    unsafe { ffi::tch_scope_inference_get(tls::get().autograd) }
 }

@@ -6,7 +6,7 @@
 //! model's mode: [`train`] (`eval`, `train`), over [`cmodule`] (TorchScript)
 //! and [`with_mode`] (`tch::nn`). Spanning the whole scope: [`timer`]
 //! (`timed`), [`rng`] (`seed`, `fork_rng`), [`checkpoint`], and the
-//! process-wide [`anomaly`] and [`deterministic`]. The memory scopes,
+//! process-wide [`anomaly`], [`deterministic`] and [`threads`]. The memory scopes,
 //! reports and process groups have folders of their own beside this one.
 
 pub(crate) mod anomaly;
@@ -18,6 +18,7 @@ pub(crate) mod device;
 pub(crate) mod grad;
 pub(crate) mod profile;
 pub(crate) mod rng;
+pub(crate) mod threads;
 pub(crate) mod timer;
 pub(crate) mod train;
 pub(crate) mod with_mode;

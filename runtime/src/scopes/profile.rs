@@ -16,6 +16,7 @@
 //! it also pushes an NVTX range (for Nsight Systems), through libtorch's
 //! profiler stubs, so no CUDA header is needed.
 
+use std::convert::Infallible;
 use std::ffi::{CString, c_char, c_void};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
@@ -78,6 +79,7 @@ pub struct ProfileGuard {
 
 impl Scope for Profile {
     type Guard = ProfileGuard;
+    type Error = ScopeError;
 
     fn enter(&mut self) -> Result<ProfileGuard, ScopeError> {
         let fail = |e: String| ScopeError::new(format!("profile({:?})", self.path), None, e);
@@ -153,20 +155,27 @@ pub struct RecordGuard {
 
 impl Scope for Record {
     type Guard = RecordGuard;
+    type Error = Infallible;
 
-    fn enter(&mut self) -> Result<RecordGuard, ScopeError> {
-        let fail = |e: String| ScopeError::new(format!("record({:?})", self.name), None, e);
-        let name = CString::new(self.name.as_str())
-            .map_err(|_| fail("the name contains a NUL byte".into()))?;
+    /// Never fails: a NUL byte in the name is shown as `\0`, and a range
+    /// libtorch refuses goes to the exit hook (the body runs unmarked).
+    fn enter(&mut self) -> Result<RecordGuard, Infallible> {
+        let name = CString::new(self.name.replace('\0', "\\0")).unwrap_or_default();
         let mut range = std::ptr::null_mut();
         // SAFETY: a NUL-terminated name the shim copies; writable out-param.
-        ffi::check(unsafe { tch_scope_record_begin(name.as_ptr(), &mut range) }).map_err(fail)?;
+        if let Err(e) = ffi::check(unsafe { tch_scope_record_begin(name.as_ptr(), &mut range) }) {
+            crate::exit::report(format!("record({:?})", self.name), e);
+            range = std::ptr::null_mut();
+        }
         Ok(RecordGuard { range })
     }
 }
 
 impl Drop for RecordGuard {
     fn drop(&mut self) {
+        if self.range.is_null() {
+            return;
+        }
         // SAFETY: from tch_scope_record_begin, ended once, on this thread
         // (the raw pointer makes the guard !Send).
         unsafe { tch_scope_record_end(self.range) };

@@ -76,6 +76,7 @@ fn save(scope: &'static str) -> Result<RngGuard, ScopeError> {
 
 impl Scope for ForkRng {
     type Guard = RngGuard;
+    type Error = ScopeError;
 
     fn enter(&mut self) -> Result<RngGuard, ScopeError> {
         save("fork_rng")
@@ -84,6 +85,7 @@ impl Scope for ForkRng {
 
 impl Scope for Seed {
     type Guard = RngGuard;
+    type Error = ScopeError;
 
     fn enter(&mut self) -> Result<RngGuard, ScopeError> {
         let guard = save("seed")?;

@@ -10,14 +10,15 @@
 //! synchronize is what `torch.cuda.synchronize()`-based Python timers do.
 //! On the CPU the two calls are skipped.
 
+use std::convert::Infallible;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 use tch::Device;
 
+use crate::Scope;
 use crate::memory::cuda;
 use crate::report::{self, Measurement, Outcome, Site};
-use crate::{Scope, ScopeError};
 
 /// When a [`Timed`] scope synchronises the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,24 +106,24 @@ pub struct TimedGuard {
 
 impl Scope for Timed {
     type Guard = TimedGuard;
+    type Error = Infallible;
 
+    /// Never fails: a timer does not stop the work it measures. A CUDA
+    /// synchronisation that fails at entry goes to the exit hook and the
+    /// run is timed without it.
     #[inline]
-    fn enter(&mut self) -> Result<TimedGuard, ScopeError> {
-        let sync = match self.sync_device() {
-            None => None,
-            Some(i) => {
-                let fail = |r: String| {
-                    ScopeError::new(
+    fn enter(&mut self) -> Result<TimedGuard, Infallible> {
+        let sync = self.sync_device().and_then(|i| {
+            let synced = cuda::checked_index(i).and_then(|d| cuda::synchronize(d).map(|()| d));
+            synced
+                .map_err(|r| {
+                    crate::exit::report(
                         format!("timed({:?})", self.site.name()),
-                        Some(Device::Cuda(i)),
-                        r,
-                    )
-                };
-                let d = cuda::checked_index(i).map_err(fail)?;
-                cuda::synchronize(d).map_err(fail)?;
-                Some(d)
-            }
-        };
+                        format_args!("cannot synchronise cuda:{i}, timing without it: {r}"),
+                    );
+                })
+                .ok()
+        });
         Ok(TimedGuard {
             site: self.site,
             start: Instant::now(),

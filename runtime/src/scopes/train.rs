@@ -252,6 +252,7 @@ impl<T: ?Sized> std::fmt::Debug for Mode<'_, T> {
 
 impl<'a, T: Trainable + ?Sized> Scope for Mode<'a, T> {
     type Guard = ModeGuard<'a, T>;
+    type Error = ScopeError;
 
     fn enter(&mut self) -> Result<ModeGuard<'a, T>, ScopeError> {
         // On failure `__enter_mode` (`switch_training`) leaves the model as

@@ -12,15 +12,23 @@ use syn::spanned::Spanned;
 use syn::{Expr, Lit};
 
 use crate::ast::{Arg, Item};
-use crate::valid::Errors;
+use crate::errors::Errors;
+use crate::word::{Cx, Word};
 
-pub(crate) const USAGE: &str = "distributed(rank = 0, world_size = 2, master = \"127.0.0.1:29500\")` \
+const USAGE: &str = "distributed(rank = 0, world_size = 2, master = \"127.0.0.1:29500\")` \
      or `distributed(from_env)";
 
 const BACKENDS: &str = "`gloo` (CPU tensors) or `nccl` (CUDA tensors)";
 
+/// `RT::__private::Distributed::new(..)` or `::from_env()`.
+pub(crate) fn check(_: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
+    let args = args(item)?;
+    let span = item.name.span();
+    Ok(expand(&cx.private(span), &args, span))
+}
+
 /// The checked arguments.
-pub(crate) struct Args {
+struct Args {
     backend: Option<(&'static str, Span)>,
     source: Source,
     timeout: Option<Expr>,
@@ -38,7 +46,7 @@ struct Explicit {
 }
 
 /// Reports every mistake in the arguments, each on its token.
-pub(crate) fn check(item: &Item) -> syn::Result<Args> {
+fn args(item: &Item) -> syn::Result<Args> {
     let mut errors = Errors::default();
     let mut fail = |span: Span, msg: String| errors.push(syn::Error::new(span, msg));
     let list: &[Arg] = item.args.as_ref().map_or(&[], |a| &a.list);
@@ -214,15 +222,15 @@ fn master_literal(value: &Expr) -> syn::Result<()> {
 /// `RT::__private::Distributed::new(..)` or `::from_env()`, with
 /// `.backend(..)` and `.timeout(..)` as written; each argument keeps its
 /// span so a type error points at it.
-pub(crate) fn expand(rt: &TokenStream, args: &Args, span: Span) -> TokenStream {
+fn expand(private: &TokenStream, args: &Args, span: Span) -> TokenStream {
     let backend = {
         let (name, at) = args.backend.unwrap_or(("Gloo", span));
         let name = syn::Ident::new(name, at);
-        quote_spanned!(at=> #rt::__private::DistBackend::#name)
+        quote_spanned!(at=> #private::DistBackend::#name)
     };
     let mut value = match &args.source {
         Source::FromEnv => quote_spanned!(span=>
-            #rt::__private::Distributed::from_env().backend(#backend)),
+            #private::Distributed::from_env().backend(#backend)),
         Source::Explicit(explicit) => {
             let Explicit {
                 rank,
@@ -232,7 +240,7 @@ pub(crate) fn expand(rt: &TokenStream, args: &Args, span: Span) -> TokenStream {
             let rank = quote_spanned!(rank.span()=> #rank);
             let world = quote_spanned!(world_size.span()=> #world_size);
             quote_spanned!(span=>
-                #rt::__private::Distributed::new(#backend, #rank, #world, #master))
+                #private::Distributed::new(#backend, #rank, #world, #master))
         }
     };
     if let Some(t) = &args.timeout {
@@ -241,9 +249,10 @@ pub(crate) fn expand(rt: &TokenStream, args: &Args, span: Span) -> TokenStream {
     value
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "distributed"))]
 mod tests {
-    use crate::bang::{Flavor, scoped_tokens};
+    use crate::bang::scoped_tokens;
+    use crate::expand::Flavor;
 
     fn expand(list: &str) -> syn::Result<String> {
         let input = format!("::rt ; {list} => ()").parse().expect("lexes");

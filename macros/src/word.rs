@@ -1,0 +1,141 @@
+//! What a scope word is: one row of the table in `words/`, carrying its own
+//! checker and everything the rest of the pipeline asks about it.
+
+use proc_macro2::{Span, TokenStream};
+
+use crate::ast::Item;
+
+/// One scope word.
+pub(crate) struct Word {
+    pub(crate) name: &'static str,
+    /// How to write it, for messages: `grad(enabled)`.
+    pub(crate) usage: &'static str,
+    /// A few words for the list of known words in messages.
+    pub(crate) doc: &'static str,
+    /// Its arguments, read by the shared checkers in `words/forms.rs`.
+    pub(crate) params: &'static [Param],
+    /// Tokens in, the scope value (a runtime call) or errors out.
+    pub(crate) check: Check,
+    /// Which other words it contradicts.
+    pub(crate) conflict: Conflict,
+    /// Whether it may appear more than once in a list.
+    pub(crate) repeat: bool,
+    /// What it does in async code.
+    pub(crate) awaits: Awaits,
+    /// Whether its guard records how the body ended (`mark_failed` on an
+    /// `Err` of an attributed `Result` function).
+    pub(crate) measures: bool,
+    /// Whether entering can fail (documentation: the runtime type decides,
+    /// through `Scope::Error`); the table's tests check the README by it.
+    #[cfg_attr(not(test), allow(dead_code, reason = "read by the table's tests"))]
+    pub(crate) fails: bool,
+    /// The cargo feature of tch-scope it needs, and whether it is on.
+    pub(crate) feature: Option<(&'static str, bool)>,
+    /// Valid uses in every syntax it accepts (tests and the fuzzer).
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "read by the tests and the fuzzer")
+    )]
+    pub(crate) examples: &'static [&'static str],
+}
+
+/// A word's checker.
+pub(crate) type Check = fn(&Word, &Item, &Cx) -> syn::Result<TokenStream>;
+
+/// What a checker knows besides the item.
+pub(crate) struct Cx {
+    /// The runtime crate's path (`::tch_scope`, `$crate`, a `crate = "…"`).
+    rt: TokenStream,
+    /// The name a measurement gets when none is written: the function's
+    /// path for an attribute; `None` in `scoped!`, where it is the place.
+    pub(crate) default_name: Option<TokenStream>,
+}
+
+impl Cx {
+    pub(crate) fn new(rt: TokenStream, default_name: Option<TokenStream>) -> Self {
+        Self { rt, default_name }
+    }
+
+    /// `RT::__private`, shown at `span`: `$crate` resolves as before, but
+    /// rustc's errors (say, a `with(..)` value that is not a `Scope`) point
+    /// at the word rather than at the whole macro call.
+    pub(crate) fn private(&self, span: Span) -> TokenStream {
+        let rt: TokenStream = self
+            .rt
+            .clone()
+            .into_iter()
+            .map(|mut tt| {
+                tt.set_span(tt.span().located_at(span));
+                tt
+            })
+            .collect();
+        quote::quote_spanned!(span=> #rt::__private)
+    }
+}
+
+/// Which words a word contradicts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Conflict {
+    None,
+    /// At most one word of the group per list: `no_grad, enable_grad`.
+    Group(&'static str),
+    /// At most one word of the group per model (the first argument's
+    /// tokens): `train(gen), eval(disc)` is fine, `train(m), eval(m)` not.
+    PerModel(&'static str),
+}
+
+/// How a scope behaves in a future.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Awaits {
+    /// Per-thread state (grad mode, the current device), and a model's
+    /// mode: entered around every poll, so it neither leaks into other
+    /// tasks nor stays behind on a thread the task left.
+    PerPoll,
+    /// Covers the whole future, entered once (a timer, a seed, a
+    /// checkpoint): re-entering per poll would re-seed, time or save at
+    /// each poll.
+    Span,
+}
+
+/// One argument of a word.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Param {
+    pub(crate) name: &'static str,
+    pub(crate) kind: Kind,
+    /// May be written without `name =` at this position (0-based).
+    pub(crate) position: Option<usize>,
+    pub(crate) required: bool,
+}
+
+impl Param {
+    /// A required positional argument: `grad(enabled)`.
+    pub(crate) const fn positional(name: &'static str, position: usize) -> Self {
+        Self {
+            name,
+            kind: Kind::Expr,
+            position: Some(position),
+            required: true,
+        }
+    }
+
+    /// An optional `name = bool`, or `name` alone for `true`.
+    pub(crate) const fn flag(name: &'static str) -> Self {
+        Self {
+            name,
+            kind: Kind::Flag,
+            position: None,
+            required: false,
+        }
+    }
+}
+
+/// What one argument accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A string literal (names become `&'static str` statics).
+    Str,
+    /// Any expression.
+    Expr,
+    /// A `bool`: written bare (`sync`) for `true`, or `sync = expr`.
+    Flag,
+}

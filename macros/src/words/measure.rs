@@ -1,0 +1,57 @@
+//! The measuring words: `timed`, `memory_scope`, `gpu_memory_scope`. An
+//! unnamed one records under the default name (the function's path, or
+//! the place of the `scoped!` block).
+
+use proc_macro2::TokenStream;
+use quote::{ToTokens, quote, quote_spanned};
+
+use super::forms::{self, Values};
+use crate::ast::Item;
+use crate::word::{Cx, Word};
+
+fn name(word: &Word, item: &Item, values: &Values, cx: &Cx) -> TokenStream {
+    let span = item.name.span();
+    match (forms::value(word, values, "name"), &cx.default_name) {
+        (Some(name), _) => name.into_token_stream(),
+        (None, Some(name)) => name.clone(),
+        (None, None) => {
+            quote_spanned!(span=> ::core::concat!(::core::module_path!(), ":", ::core::line!()))
+        }
+    }
+}
+
+/// `timed(site, sync)`: one static call site per use, so the registry
+/// finds its slot without hashing the name.
+pub(crate) fn timed(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
+    let values = forms::options(word, item)?;
+    let span = item.name.span();
+    let private = cx.private(span);
+    let name = name(word, item, &values, cx);
+    let sync = match forms::value(word, &values, "sync") {
+        Some(flag) => quote_spanned!(span=> #private::sync_flag(#flag)),
+        None => quote_spanned!(span=> #private::SyncMode::Auto),
+    };
+    Ok(quote_spanned!(span=> #private::timed(
+        {
+            static __TCH_SCOPE_SITE: #private::Site = #private::Site::new(#name);
+            &__TCH_SCOPE_SITE
+        },
+        #sync,
+    )))
+}
+
+pub(crate) fn memory_scope(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
+    let values = forms::options(word, item)?;
+    let name = name(word, item, &values, cx);
+    Ok(forms::private_call(word, item, cx, &[name]))
+}
+
+pub(crate) fn gpu_memory_scope(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
+    let values = forms::options(word, item)?;
+    let name = name(word, item, &values, cx);
+    let device = forms::value(word, &values, "device")
+        .map_or_else(|| quote!(0usize), ToTokens::into_token_stream);
+    let empty = forms::value(word, &values, "empty_cache")
+        .map_or_else(|| quote!(true), ToTokens::into_token_stream);
+    Ok(forms::private_call(word, item, cx, &[name, device, empty]))
+}

@@ -1,0 +1,323 @@
+//! The scope words: one row each. A row holds everything about its word —
+//! how to check and build it, what it contradicts, how it awaits, whether
+//! it measures or can fail, the feature it needs — so adding a word is its
+//! row here, its attribute in `lib.rs`, its guard in the runtime, its tests
+//! and its README row (a test checks that none is left behind).
+
+mod autocast;
+mod borrowed;
+mod checkpoint;
+mod device;
+mod distributed;
+mod forms;
+mod measure;
+
+use crate::word::{Awaits, Conflict, Kind, Param, Word};
+
+const GRAD_MODE: Conflict = Conflict::Group("grad mode");
+const MODEL_MODE: Conflict = Conflict::PerModel("model mode");
+
+/// What most rows share: a bare word of per-thread state that cannot fail.
+const BASE: Word = Word {
+    name: "",
+    usage: "",
+    doc: "",
+    params: &[],
+    check: forms::call,
+    conflict: Conflict::None,
+    repeat: false,
+    awaits: Awaits::PerPoll,
+    measures: false,
+    fails: false,
+    feature: None,
+    examples: &[],
+};
+
+const NAME: Param = Param {
+    name: "name",
+    kind: Kind::Str,
+    position: Some(0),
+    required: false,
+};
+
+pub(crate) const WORDS: &[Word] = &[
+    Word {
+        name: "no_grad",
+        usage: "no_grad",
+        doc: "autograd off",
+        conflict: GRAD_MODE,
+        examples: &["no_grad", "no_grad if c"],
+        ..BASE
+    },
+    Word {
+        name: "enable_grad",
+        usage: "enable_grad",
+        doc: "autograd on",
+        conflict: GRAD_MODE,
+        examples: &["enable_grad"],
+        ..BASE
+    },
+    Word {
+        name: "grad",
+        usage: "grad(enabled)",
+        doc: "autograd on or off",
+        params: &[Param::positional("enabled", 0)],
+        conflict: GRAD_MODE,
+        examples: &["grad(t)", "grad(false)"],
+        ..BASE
+    },
+    Word {
+        name: "inference_mode",
+        usage: "inference_mode",
+        doc: "inference mode",
+        examples: &["inference_mode"],
+        ..BASE
+    },
+    Word {
+        name: "device",
+        usage: "device(0)",
+        doc: "current device",
+        params: &[Param::positional("device", 0)],
+        check: device::check,
+        fails: true,
+        examples: &[
+            "device(0)",
+            "device(cpu)",
+            "device(\"cuda:1\")",
+            "device(d)",
+            "device(1) if gpu",
+        ],
+        ..BASE
+    },
+    Word {
+        name: "eval",
+        usage: "eval(model)",
+        doc: "model in eval mode",
+        params: &[Param::positional("model", 0)],
+        check: borrowed::model,
+        conflict: MODEL_MODE,
+        fails: true,
+        examples: &["eval(model)"],
+        ..BASE
+    },
+    Word {
+        name: "train",
+        usage: "train(model)",
+        doc: "model in training mode",
+        params: &[Param::positional("model", 0)],
+        check: borrowed::model,
+        conflict: MODEL_MODE,
+        fails: true,
+        examples: &["train(m)"],
+        ..BASE
+    },
+    Word {
+        name: "with",
+        usage: "with(scope)",
+        doc: "any `Scope` value",
+        params: &[Param::positional("scope", 0)],
+        check: borrowed::with,
+        repeat: true,
+        fails: true,
+        examples: &["with(s)"],
+        ..BASE
+    },
+    Word {
+        name: "timed",
+        usage: "timed(\"name\", sync)",
+        doc: "wall time",
+        params: &[NAME, Param::flag("sync")],
+        check: measure::timed,
+        awaits: Awaits::Span,
+        measures: true,
+        examples: &[
+            "timed",
+            "timed(\"fwd\")",
+            "timed(\"fwd\", sync)",
+            "timed(name = \"n\", sync = flag)",
+        ],
+        ..BASE
+    },
+    Word {
+        name: "memory_scope",
+        usage: "memory_scope(\"name\")",
+        doc: "process memory",
+        params: &[NAME],
+        check: measure::memory_scope,
+        awaits: Awaits::Span,
+        measures: true,
+        examples: &["memory_scope", "memory_scope(\"m\")"],
+        ..BASE
+    },
+    Word {
+        name: "gpu_memory_scope",
+        usage: "gpu_memory_scope(device = 0, empty_cache = true, name = \"…\")",
+        doc: "CUDA memory",
+        params: &[
+            Param {
+                name: "device",
+                kind: Kind::Expr,
+                position: None,
+                required: true,
+            },
+            Param::flag("empty_cache"),
+            Param {
+                position: None,
+                ..NAME
+            },
+        ],
+        check: measure::gpu_memory_scope,
+        awaits: Awaits::Span,
+        measures: true,
+        fails: true,
+        examples: &[
+            "gpu_memory_scope(device = 0)",
+            "gpu_memory_scope(device = 0, empty_cache = true, name = \"g\")",
+        ],
+        ..BASE
+    },
+    Word {
+        name: "distributed",
+        usage: "distributed(from_env)",
+        doc: "a torch.distributed process group",
+        check: distributed::check,
+        fails: true,
+        feature: Some(("distributed", cfg!(feature = "distributed"))),
+        examples: &[
+            "distributed(from_env)",
+            "distributed(from_env, timeout = Duration::from_secs(3))",
+            "distributed(rank = 0, world_size = 2, master = \"127.0.0.1:29500\")",
+            "distributed(backend = gloo, rank = r, world_size = n, master = m)",
+        ],
+        ..BASE
+    },
+    Word {
+        name: "seed",
+        usage: "seed(n)",
+        doc: "RNG seeded, restored on exit",
+        params: &[Param::positional("n", 0)],
+        awaits: Awaits::Span,
+        fails: true,
+        examples: &["seed(42)"],
+        ..BASE
+    },
+    Word {
+        name: "fork_rng",
+        usage: "fork_rng",
+        doc: "RNG state restored on exit",
+        awaits: Awaits::Span,
+        fails: true,
+        examples: &["fork_rng"],
+        ..BASE
+    },
+    Word {
+        name: "threads",
+        usage: "threads(n)",
+        doc: "intra-op thread count, restored on exit",
+        params: &[Param::positional("n", 0)],
+        awaits: Awaits::Span,
+        fails: true,
+        examples: &["threads(1)", "threads(n)"],
+        ..BASE
+    },
+    Word {
+        name: "autocast",
+        usage: "autocast(cpu, bf16)",
+        doc: "mixed precision",
+        params: &[
+            Param::positional("device_type", 0),
+            Param::positional("dtype", 1),
+        ],
+        check: autocast::check,
+        repeat: true,
+        fails: true,
+        examples: &[
+            "autocast(cpu)",
+            "autocast(cpu, bf16)",
+            "autocast(cuda, f16)",
+        ],
+        ..BASE
+    },
+    Word {
+        name: "profile",
+        usage: "profile(path)",
+        doc: "profiler trace written on exit",
+        params: &[Param::positional("path", 0)],
+        awaits: Awaits::Span,
+        fails: true,
+        examples: &["profile(\"trace.json\")", "profile(&path)"],
+        ..BASE
+    },
+    Word {
+        name: "record",
+        usage: "record(name)",
+        doc: "named profiler range",
+        params: &[Param::positional("name", 0)],
+        repeat: true,
+        examples: &["record(\"range\")"],
+        ..BASE
+    },
+    Word {
+        name: "checkpoint",
+        usage: "checkpoint(vs, \"model.ot\", resume)",
+        doc: "VarStore saved on exit",
+        params: &[Param::positional("vs", 0), Param::positional("path", 1)],
+        check: checkpoint::check,
+        awaits: Awaits::Span,
+        fails: true,
+        examples: &[
+            "checkpoint(vs, \"model.ot\")",
+            "checkpoint(vs, &path, resume)",
+            "checkpoint(vs, p, resume = again)",
+        ],
+        ..BASE
+    },
+    Word {
+        name: "detect_anomaly",
+        usage: "detect_anomaly(check_nan = false)",
+        doc: "autograd anomaly detection",
+        params: &[Param::flag("check_nan")],
+        check: forms::one_flag::<true>,
+        awaits: Awaits::Span,
+        examples: &["detect_anomaly", "detect_anomaly(check_nan = false)"],
+        ..BASE
+    },
+    Word {
+        name: "deterministic",
+        usage: "deterministic(warn_only)",
+        doc: "deterministic algorithms",
+        params: &[Param::flag("warn_only")],
+        check: forms::one_flag::<false>,
+        awaits: Awaits::Span,
+        fails: true,
+        examples: &[
+            "deterministic",
+            "deterministic(warn_only)",
+            "deterministic(warn_only = w)",
+        ],
+        ..BASE
+    },
+];
+
+pub(crate) fn lookup(name: &str) -> Option<&'static Word> {
+    WORDS.iter().find(|w| w.name == name)
+}
+
+/// The closest known word, if it is close enough to be a typo.
+pub(crate) fn suggest(name: &str) -> Option<&'static str> {
+    WORDS
+        .iter()
+        .map(|w| (w.name, strsim::jaro_winkler(name, w.name)))
+        .filter(|&(known, score)| score > 0.8 || strsim::levenshtein(name, known) <= 2)
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(known, _)| known)
+}
+
+/// "`no_grad` (autograd off), `grad(enabled)` (...), ..." for messages.
+pub(crate) fn known_list() -> String {
+    WORDS
+        .iter()
+        .map(|w| format!("`{}` ({})", w.usage, w.doc))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,8 +1,0 @@
-#[tch_scope::device(0)]
-fn predict() -> Result<i32, String> {
-    Ok(3)
-}
-
-fn main() {
-    let _ = predict();
-}
