@@ -136,3 +136,33 @@ fn a_failing_word_panics_unless_the_error_type_can_hold_it() {
     let e: ScopeError = on_gpu_bounded().unwrap_err();
     assert_eq!(e.scope(), "device(0)");
 }
+
+/// A scope of the user's own that cannot fail.
+struct Quiet;
+
+impl tch_scope::Scope for Quiet {
+    type Guard = tch_scope::GradGuard;
+    type Error = std::convert::Infallible;
+    fn enter(&mut self) -> Result<tch_scope::GradGuard, std::convert::Infallible> {
+        tch_scope::Scope::enter(&mut tch_scope::NoGrad)
+    }
+}
+
+#[tch_scope::with(Quiet)]
+fn with_infallible() -> io::Result<bool> {
+    Ok(tch_scope::is_grad_enabled())
+}
+
+#[tch_scope::with(tch_scope::OnDevice::new(tch::Device::Cuda(0)))]
+fn with_fallible() -> Result<(), ScopeError> {
+    Ok(())
+}
+
+#[test]
+fn with_takes_its_scope_s_error_type() {
+    assert!(!with_infallible().unwrap());
+    if tch_scope::cuda_device_count() == 0 {
+        assert_eq!(with_fallible().unwrap_err().scope(), "device(0)");
+    }
+    assert_eq!(state(), fresh());
+}

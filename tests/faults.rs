@@ -131,13 +131,9 @@ fn model_mode_restore_failure_reaches_the_hook() {
     let model = CModule::load(path).unwrap();
     Trainable::set_training(&model, true).unwrap();
     scoped!(eval(model) => {
-        inject_fault("tch_scope_module_restore_modes", 1);
+        inject_fault("tch_scope_module_leave", 1);
     });
-    assert_one(
-        c.take(),
-        "eval",
-        &injected("tch_scope_module_restore_modes"),
-    );
+    assert_one(c.take(), "eval", &injected("tch_scope_module_leave"));
     // The modes could not be put back: the model stays in eval mode.
     assert!(Trainable::modes(&model).unwrap().iter().all(|&on| !on));
 }
@@ -280,7 +276,7 @@ fn failing_entries_are_scope_errors_and_change_nothing() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/bn_dropout.pt");
     let model = CModule::load(path).unwrap();
     Trainable::set_training(&model, true).unwrap();
-    inject_fault("tch_scope_module_exchange", 1);
+    inject_fault("tch_scope_module_enter", 1);
     let e = Mode::eval(&model).enter().unwrap_err();
     assert_eq!(e.scope(), "eval");
     assert!(Trainable::modes(&model).unwrap().iter().all(|&on| on));

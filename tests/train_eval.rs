@@ -203,7 +203,7 @@ fn with_mode_batchnorm_stats() {
 #[eval(model)]
 fn validate(model: &mut CModule, x: &Tensor) -> (Tensor, Vec<bool>) {
     let y = tch::no_grad(|| model.forward_ts(&[x]).unwrap());
-    (y, model.modes().unwrap())
+    (y, model.modes().unwrap().to_vec())
 }
 
 #[scope(no_grad, train(model))]

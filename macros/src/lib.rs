@@ -6,10 +6,15 @@
 //! `tch_scope::__private`.
 //!
 //! Every attribute and `scoped!` share one grammar, a comma-separated list of
-//! scope words, each optionally with arguments and an `if` condition:
-//! `no_grad`, `enable_grad`, `grad(enabled)`, `inference_mode`,
-//! `device(0)` / `device(cpu)` / `device("cuda:1")` / `device(expr)`,
-//! `eval(model)`, `train(model)`, `with(scope)`. The first word listed is the outermost scope.
+//! scope words, each optionally with arguments and an `if` condition; the
+//! first word listed is the outermost scope. The words — `no_grad`,
+//! `enable_grad`, `grad`, `inference_mode`, `device`, `eval`, `train`,
+//! `with`, `timed`, `memory_scope`, `gpu_memory_scope`, `distributed`,
+//! `seed`, `fork_rng`, `threads`, `autocast`, `profile`, `record`,
+//! `checkpoint`, `detect_anomaly`, `deterministic` — are the rows of the
+//! table in `words/`; a test checks this list, the attributes below and the
+//! READMEs against it. Every attribute also takes `crate = "path"`, the
+//! runtime's path when the dependency is renamed.
 //!
 //! [tch-scope]: https://docs.rs/tch-scope
 

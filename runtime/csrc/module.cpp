@@ -11,7 +11,9 @@
 // c10::Dict) at every step, and costs microseconds. A scope walks once, on
 // entry: tch_scope_module_enter keeps the list of (object, slot, old flag),
 // with strong references to the objects, in a handle that the Rust guard
-// owns and hands to tch_scope_module_leave, then frees.
+// owns and hands to tch_scope_module_leave, then frees. The same handle is
+// what Trainable::modes() returns for a module: restoring puts each flag
+// back on the object it was read from.
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -80,28 +82,24 @@ struct Saved {
 
 extern "C" {
 
-tch_scope_status tch_scope_module_modes(void* module, uint8_t* out, size_t cap, size_t* n) {
+tch_scope_status tch_scope_module_save(void* module, void** saved) {
   return tch_scope::guarded([&] {
     std::lock_guard<std::mutex> lock(mode_lock());
-    auto all = flags(*static_cast<torch::jit::Module*>(module));
-    for (size_t i = 0; i < all.size() && i < cap; ++i) {
-      out[i] = flag(all[i]) ? 1 : 0;
-    }
-    *n = all.size();
+    auto s = std::make_unique<Saved>();
+    s->flags = flags(*static_cast<torch::jit::Module*>(module));
+    for (Flag& f : s->flags) f.was = flag(f);
+    *saved = s.release();
   });
 }
 
-tch_scope_status tch_scope_module_exchange(void* module, bool on, uint8_t* out, size_t cap,
-                                           size_t* n) {
+tch_scope_status tch_scope_module_enter(void* module, bool on, void** saved) {
   return tch_scope::guarded([&] {
     std::lock_guard<std::mutex> lock(mode_lock());
-    auto all = flags(*static_cast<torch::jit::Module*>(module));
-    *n = all.size();
-    if (all.size() > cap) return;  // nothing changed; the caller asks again with room
-    for (size_t i = 0; i < all.size(); ++i) {
-      out[i] = flag(all[i]) ? 1 : 0;
-      all[i].obj->setSlot(all[i].slot, on);
-    }
+    auto s = std::make_unique<Saved>();
+    s->flags = flags(*static_cast<torch::jit::Module*>(module));
+    for (Flag& f : s->flags) f.was = flag(f);
+    for (Flag& f : s->flags) f.obj->setSlot(f.slot, on);
+    *saved = s.release();
   });
 }
 
@@ -112,45 +110,17 @@ tch_scope_status tch_scope_module_set_training(void* module, bool on) {
   });
 }
 
-tch_scope_status tch_scope_module_restore_modes(void* module, const uint8_t* modes, size_t n) {
+tch_scope_status tch_scope_module_leave(const void* saved) {
   return tch_scope::guarded([&] {
     std::lock_guard<std::mutex> lock(mode_lock());
-    auto all = flags(*static_cast<torch::jit::Module*>(module));
-    if (all.size() != n) {
-      throw std::runtime_error("the module has " + std::to_string(all.size()) +
-                               " modules, but " + std::to_string(n) + " modes were saved");
-    }
-    for (size_t i = 0; i < n; ++i) all[i].obj->setSlot(all[i].slot, modes[i] != 0);
+    for (const Flag& f : static_cast<const Saved*>(saved)->flags) f.obj->setSlot(f.slot, f.was);
   });
 }
 
-// A scope's entry: saves each module's own flag, sets all to `on`, and hands
-// back the list in `*saved` (freed by tch_scope_module_saved_free). Fails,
-// changing nothing, under the same fault-injection name as
-// tch_scope_module_exchange, which it replaces for scopes.
-tch_scope_status tch_scope_module_enter(void* module, bool on, void** saved) {
-  return tch_scope::guarded(
-      [&] {
-        std::lock_guard<std::mutex> lock(mode_lock());
-        auto s = std::make_unique<Saved>();
-        s->flags = flags(*static_cast<torch::jit::Module*>(module));
-        for (Flag& f : s->flags) f.was = flag(f);
-        for (Flag& f : s->flags) f.obj->setSlot(f.slot, on);
-        *saved = s.release();
-      },
-      "tch_scope_module_exchange");
-}
-
-// A scope's exit: puts each saved module's own flag back on that module.
-// Fault injection: as tch_scope_module_restore_modes, which it replaces for
-// scopes.
-tch_scope_status tch_scope_module_leave(const void* saved) {
-  return tch_scope::guarded(
-      [&] {
-        std::lock_guard<std::mutex> lock(mode_lock());
-        for (const Flag& f : static_cast<const Saved*>(saved)->flags) f.obj->setSlot(f.slot, f.was);
-      },
-      "tch_scope_module_restore_modes");
+size_t tch_scope_module_saved_modes(const void* saved, uint8_t* out, size_t cap) {
+  const auto& flags = static_cast<const Saved*>(saved)->flags;
+  for (size_t i = 0; i < flags.size() && i < cap; ++i) out[i] = flags[i].was ? 1 : 0;
+  return flags.size();
 }
 
 void tch_scope_module_saved_free(void* saved) { delete static_cast<Saved*>(saved); }

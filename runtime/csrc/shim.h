@@ -47,32 +47,24 @@ tch_scope_status tch_scope_cuda_current_device(int32_t* index);
 
 // ---- TorchScript module modes (module.cpp) -----------------------------
 // `module` is a torch::jit::Module* (tch's CModule pointer, torch-sys's
-// `module` typedef). Modes are one byte per module (1 = training), in
-// modules() order: the module itself, then its submodules depth-first.
-// Writes min(n, cap) modes to `out`; `*n` gets the number of modules.
-tch_scope_status tch_scope_module_modes(void* module, uint8_t* out, size_t cap, size_t* n);
-// Saves the modes like tch_scope_module_modes and sets every module to
-// `on`, walking the modules once. If they don't all fit in `cap`, changes
-// nothing and sets `*n` to the number needed.
-tch_scope_status tch_scope_module_exchange(void* module, bool on, uint8_t* out, size_t cap,
-                                           size_t* n);
+// `module` typedef). The modes are one flag per module, in modules() order:
+// the module itself, then its submodules depth-first. A `saved` handle
+// holds each module (a strong reference) with its flag.
+// Saves every module's own flag into `*saved`; changes nothing.
+tch_scope_status tch_scope_module_save(void* module, void** saved);
+// Saves like tch_scope_module_save, then sets every module to `on`, walking
+// the modules once. On failure nothing changed and `*saved` is untouched.
+tch_scope_status tch_scope_module_enter(void* module, bool on, void** saved);
 // Module::train(on): the module and every submodule.
 tch_scope_status tch_scope_module_set_training(void* module, bool on);
-// Sets each module's own "training" flag (non-recursively) from `modes`;
-// fails, changing nothing, if `n` is not the number of modules.
-tch_scope_status tch_scope_module_restore_modes(void* module, const uint8_t* modes, size_t n);
-// A scope's entry: saves each module's own flag, sets every module to `on`,
-// and stores the modules (strong references) with their flags in `*saved`,
-// for tch_scope_module_leave. On failure nothing changed and `*saved` is
-// untouched. Fault injection name: tch_scope_module_exchange.
-tch_scope_status tch_scope_module_enter(void* module, bool on, void** saved);
-// A scope's exit: puts each saved flag back on its own module. Does not
-// free `saved`. Fault injection name: tch_scope_module_restore_modes.
+// Puts each saved flag back on its own module. Does not free `saved`.
 tch_scope_status tch_scope_module_leave(const void* saved);
-// Frees what tch_scope_module_enter stored (once).
+// Copies min(n, cap) saved flags (1 = training) to `out`; returns n.
+size_t tch_scope_module_saved_modes(const void* saved, uint8_t* out, size_t cap);
+// Frees a handle (once).
 void tch_scope_module_saved_free(void* saved);
 
-// 1 when this build of the shim linked libtorch_cuda (see cuda_anchor.cpp).
+// 1 when this build of the shim linked libtorch_cuda (see cuda_link.cpp).
 int32_t tch_scope_built_with_cuda(void);
 
 // Test-only fault injection: the next `times` calls on this thread of the

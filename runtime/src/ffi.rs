@@ -1,68 +1,16 @@
-//! Bindings to the C++ shim in `csrc/` (see `csrc/shim.h` for the contract).
+//! What every binding to the C++ shim shares: the status type, its error
+//! message, the test-only fault switch, and the CUDA link anchor. Each
+//! area's own `extern "C"` block sits beside its Rust wrapper (see
+//! `csrc/shim.h` for the contract).
 
-use std::ffi::{CStr, c_void};
+use std::ffi::CStr;
 
 pub(crate) type Status = i32;
 
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub(crate) struct InferenceSaved {
-    pub included: u64,
-    pub excluded: u64,
-    pub autograd_flags: u8,
-}
-
 unsafe extern "C" {
     fn tch_scope_last_error() -> *const std::ffi::c_char;
-    pub(crate) fn tch_scope_tls_pointers(
-        autograd_state: *mut *mut c_void,
-        dispatch_keys: *mut *mut c_void,
-    ) -> Status;
-    pub(crate) fn tch_scope_grad_exchange(state: *mut c_void, enabled: bool) -> bool;
-    pub(crate) fn tch_scope_grad_get(state: *mut c_void) -> bool;
-    pub(crate) fn tch_scope_inference_enter(
-        state: *mut c_void,
-        keys: *mut c_void,
-        enabled: bool,
-        saved: *mut InferenceSaved,
-    );
-    pub(crate) fn tch_scope_inference_exit(
-        state: *mut c_void,
-        keys: *mut c_void,
-        saved: *const InferenceSaved,
-    );
-    pub(crate) fn tch_scope_inference_get(state: *mut c_void) -> bool;
-    pub(crate) fn tch_scope_cuda_device_count(count: *mut i32) -> Status;
-    pub(crate) fn tch_scope_cuda_exchange_device(index: i32, previous: *mut i32) -> Status;
-    pub(crate) fn tch_scope_cuda_current_device(index: *mut i32) -> Status;
     pub(crate) fn tch_scope_built_with_cuda() -> i32;
     fn tch_scope_fault_inject(op: *const std::ffi::c_char, times: i32);
-    pub(crate) fn tch_scope_module_modes(
-        module: *mut c_void,
-        out: *mut u8,
-        cap: usize,
-        n: *mut usize,
-    ) -> Status;
-    pub(crate) fn tch_scope_module_exchange(
-        module: *mut c_void,
-        on: bool,
-        out: *mut u8,
-        cap: usize,
-        n: *mut usize,
-    ) -> Status;
-    pub(crate) fn tch_scope_module_set_training(module: *mut c_void, on: bool) -> Status;
-    pub(crate) fn tch_scope_module_restore_modes(
-        module: *mut c_void,
-        modes: *const u8,
-        n: usize,
-    ) -> Status;
-    pub(crate) fn tch_scope_module_enter(
-        module: *mut c_void,
-        on: bool,
-        saved: *mut *mut c_void,
-    ) -> Status;
-    pub(crate) fn tch_scope_module_leave(saved: *const c_void) -> Status;
-    pub(crate) fn tch_scope_module_saved_free(saved: *mut c_void);
 }
 
 /// Keeps the shim's `cuda_link.cpp` object in every binary that links this

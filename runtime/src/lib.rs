@@ -85,60 +85,51 @@
 
 #![warn(missing_docs)]
 
-mod atomic;
+mod cuda;
+mod durable;
 mod error;
 mod exit;
 mod ffi;
 mod future;
 mod memory;
-mod private_ctx;
 pub mod report;
 mod scope;
 mod scopes;
 mod stack;
-mod tls;
-// The guards live in scopes/; their modules keep their short paths
-// (`crate::grad`, …) inside the crate.
-use scopes::{
-    anomaly, autocast, checkpoint, cmodule, deterministic, device, grad, profile, rng, threads,
-    timer, train, with_mode,
-};
+mod thread_state;
 
-#[path = "distributed/mod.rs"]
 pub mod dist;
 
 #[doc(hidden)]
-#[path = "private.rs"]
+#[path = "private/mod.rs"]
 pub mod __private;
 
-pub use device::{
-    DeviceGuard, IntoScopeDevice, OnDevice, built_with_cuda, cuda_device_count,
-    current_cuda_device, current_device,
-};
+pub use cuda::{built_with_cuda, cuda_device_count, current_cuda_device};
 pub use error::{EntryError, ScopeError};
 pub use exit::{ExitError, exit_errors_reported, reset_exit_hook, set_exit_hook};
 pub use future::{ScopeFutureExt, Scoped, Spanned, SpannedError};
-pub use grad::{
+pub use memory::{GpuMemory, GpuMemoryGuard, HostMemory, HostMemoryGuard, last_memory_report};
+pub use report::MemoryReport;
+pub use report::report;
+pub use scope::{Chain, ChainGuard, End, Scope, When};
+pub use scopes::cmodule::ModuleModes;
+pub use scopes::device::{DeviceGuard, IntoScopeDevice, OnDevice, current_device};
+pub use scopes::grad::{
     EnableGrad, Grad, GradGuard, InferenceMode, InferenceModeGuard, NoGrad, is_grad_enabled,
     is_inference_mode_enabled,
 };
-pub use memory::{
-    GpuMemory, GpuMemoryGuard, HostMemory, HostMemoryGuard, MemoryReport, last_memory_report,
-};
-pub use report::report;
-pub use scope::{Chain, ChainGuard, End, Scope, When};
-pub use timer::{SyncMode, Timed, TimedGuard};
-pub use train::{Mode, ModeGuard, Trainable};
-pub use with_mode::WithMode;
+pub use scopes::timer::{SyncMode, Timed, TimedGuard};
+pub use scopes::train::{Mode, ModeGuard, Trainable};
+pub use scopes::with_mode::WithMode;
 
-pub use anomaly::{AnomalyGuard, DetectAnomaly, anomaly_mode};
-pub use autocast::{Autocast, AutocastDevice, AutocastGuard, autocast_dtype};
-pub use checkpoint::{Checkpoint, CheckpointGuard, Metrics, log_metric, metrics};
-pub use deterministic::{Deterministic, DeterministicGuard, deterministic_mode};
-pub use profile::{Profile, ProfileGuard, Record, RecordGuard};
-pub use rng::{ForkRng, RngGuard, Seed};
+pub use scopes::anomaly::{AnomalyGuard, DetectAnomaly, anomaly_mode};
+pub use scopes::autocast::{Autocast, AutocastDevice, AutocastGuard, autocast_dtype};
+pub use scopes::checkpoint::{Checkpoint, CheckpointGuard, Metrics, log_metric, metrics};
+pub use scopes::deterministic::{Deterministic, DeterministicGuard, deterministic_mode};
+pub use scopes::profile::{Profile, ProfileGuard, Record, RecordGuard};
+pub use scopes::rng::{ForkRng, RngGuard, Seed};
+pub use scopes::threads::{Threads, ThreadsGuard};
 pub use stack::ScopeStack;
-pub use threads::{Threads, ThreadsGuard};
 
 pub use tch_scope_macros::distributed;
 pub use tch_scope_macros::scoped as scope;

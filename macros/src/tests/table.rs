@@ -91,3 +91,19 @@ fn the_known_words_message_lists_every_word() {
         assert!(known.contains(&format!("`{}", w.name)), "{known}");
     }
 }
+
+#[test]
+fn the_crate_doc_lists_every_word() {
+    let doc: String = LIB
+        .lines()
+        .take_while(|l| l.starts_with("//!"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for w in WORDS {
+        assert!(
+            doc.contains(&format!("`{}`", w.name)),
+            "macros/src/lib.rs docs miss `{}`",
+            w.name
+        );
+    }
+}

@@ -7,9 +7,10 @@ use std::sync::OnceLock;
 
 use tch::Device;
 
+use super::finish;
 use super::peak::{Counter, Ticket, Tracker};
-use super::{MemoryReport, cuda, finish};
-use crate::report::Outcome;
+use crate::cuda;
+use crate::report::{MemoryReport, Outcome};
 use crate::{Scope, ScopeError};
 
 /// One tracker per CUDA device (peaks are per device).

@@ -6,10 +6,10 @@
 use std::convert::Infallible;
 use std::marker::PhantomData;
 
+use super::finish;
 use super::peak::{Counter, Ticket, Tracker};
-use super::{MemoryReport, finish};
 use crate::Scope;
-use crate::report::Outcome;
+use crate::report::{MemoryReport, Outcome};
 
 static TRACKER: Tracker = Tracker::new();
 

@@ -7,6 +7,7 @@
 //! default.
 
 mod histogram;
+mod memory;
 mod registry;
 mod table;
 
@@ -16,10 +17,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use memory::MemoryReport;
 pub use registry::Site;
 pub(crate) use registry::{lock, record_time};
-
-use crate::memory::MemoryReport;
 
 /// How the body of a scope ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -29,7 +29,7 @@ use std::rc::Rc;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
-use crate::atomic;
+use crate::durable;
 use crate::{NoGrad, Scope, ScopeError};
 
 const PREFIX: &str = "__tch_scope_metric__.";
@@ -220,7 +220,7 @@ fn save(vs: &VarStore, path: &Path, log: &Metrics) -> Result<(), String> {
     for (name, values) in &log.0 {
         named.push((format!("{PREFIX}{name}"), Tensor::from_slice(values)));
     }
-    atomic::replace(path, |tmp| {
+    durable::replace(path, |tmp| {
         let written = if is_safetensors(path) {
             Tensor::write_safetensors(&named, tmp)
         } else {

@@ -4,18 +4,18 @@
 //! TorchScript's `train()`/`eval()` recurse into submodules, so "the
 //! previous mode" is one flag per submodule: the shim (`csrc/module.cpp`)
 //! reads them in `modules()` order and puts each back on its own module.
-//! A scope's guard keeps the shim's list of submodules from entry
-//! ([`ModuleModes`]), so leaving does not walk the modules again.
+//! The saved modes are the shim's list of submodules with their flags
+//! ([`ModuleModes`]), so leaving a scope does not walk the modules again.
 
 use std::ffi::c_void;
 use std::mem::{align_of, size_of};
 use std::ptr::NonNull;
+use std::sync::OnceLock;
 
 use tch::{CModule, TchError, TrainableCModule};
 
 use crate::Trainable;
 use crate::ffi;
-use crate::train::SavedModes;
 
 // tch keeps the `torch::jit::Module*` in a private field
 // (`CModule { c_module: *mut CModule_ }`, tch 0.26 `wrappers/jit.rs`) and
@@ -44,168 +44,155 @@ fn trainable_ptr(m: &TrainableCModule) -> *mut c_void {
     unsafe { std::mem::transmute_copy::<TrainableCModule, *mut c_void>(m) }
 }
 
+unsafe extern "C" {
+    fn tch_scope_module_save(module: *mut c_void, saved: *mut *mut c_void) -> ffi::Status;
+    fn tch_scope_module_enter(
+        module: *mut c_void,
+        on: bool,
+        saved: *mut *mut c_void,
+    ) -> ffi::Status;
+    fn tch_scope_module_set_training(module: *mut c_void, on: bool) -> ffi::Status;
+    fn tch_scope_module_leave(saved: *const c_void) -> ffi::Status;
+    fn tch_scope_module_saved_modes(saved: *const c_void, out: *mut u8, cap: usize) -> usize;
+    fn tch_scope_module_saved_free(saved: *mut c_void);
+}
+
 fn check(status: ffi::Status) -> Result<(), TchError> {
     ffi::check(status).map_err(TchError::Torch)
 }
 
-/// Most models have fewer modules than this: one shim call, no resize.
-const FIRST_TRY: usize = 32;
-
-/// Calls a shim function that writes up to `cap` modes and sets `*n` to the
-/// number of modules: first into a stack buffer, again with room if the
-/// model has more modules than that (the shim changes nothing then).
-fn read_modes(
-    call: impl Fn(*mut u8, usize, &mut usize) -> ffi::Status,
-) -> Result<Vec<bool>, TchError> {
-    let mut buf = [0u8; FIRST_TRY];
-    let mut n = 0usize;
-    check(call(buf.as_mut_ptr(), buf.len(), &mut n))?;
-    if n <= FIRST_TRY {
-        return Ok(buf[..n].iter().map(|&b| b != 0).collect());
-    }
-    let mut big = vec![0u8; n];
-    let mut again = 0usize;
-    check(call(big.as_mut_ptr(), n, &mut again))?;
-    big.truncate(again.min(n));
-    Ok(big.into_iter().map(|b| b != 0).collect())
+/// The saved train/eval flags of a TorchScript module and every submodule,
+/// in `modules()` order — [`Trainable::Modes`] of [`CModule`] and
+/// [`TrainableCModule`]. It holds the module objects themselves, so
+/// restoring puts each flag back on the object it was read from (a
+/// submodule swapped in meanwhile is left alone), without walking the
+/// modules again. Reads as a `[bool]`.
+///
+/// ```no_run
+/// use tch_scope::Trainable;
+/// let model = tch::CModule::load("model.pt").unwrap();
+/// let saved = model.modes().unwrap();
+/// model.set_training(false).unwrap();
+/// assert!(saved.iter().all(|&training| training));
+/// model.restore_modes(saved).unwrap();
+/// ```
+pub struct ModuleModes {
+    saved: NonNull<c_void>,
+    flags: OnceLock<Vec<bool>>,
 }
-
-fn modes(m: *mut c_void) -> Result<Vec<bool>, TchError> {
-    // SAFETY: `m` is a live module (borrowed by the caller); `out` holds `cap` bytes.
-    read_modes(|out, cap, n| unsafe { ffi::tch_scope_module_modes(m, out, cap, n) })
-}
-
-fn exchange(m: *mut c_void, on: bool) -> Result<Vec<bool>, TchError> {
-    // SAFETY: as for `modes`.
-    read_modes(|out, cap, n| unsafe { ffi::tch_scope_module_exchange(m, on, out, cap, n) })
-}
-
-fn set_training(m: *mut c_void, on: bool) -> Result<(), TchError> {
-    // SAFETY: `m` is a live module borrowed by the caller.
-    check(unsafe { ffi::tch_scope_module_set_training(m, on) })
-}
-
-fn restore_modes(m: *mut c_void, modes: &[bool]) -> Result<(), TchError> {
-    // `bool` is one byte, 0 or 1: the layout the shim reads.
-    let bytes = modes.as_ptr().cast::<u8>();
-    // SAFETY: `m` is live; `bytes` points at `modes.len()` readable bytes.
-    check(unsafe { ffi::tch_scope_module_restore_modes(m, bytes, modes.len()) })
-}
-
-/// A scope's saved modes of a TorchScript module, from
-/// `tch_scope_module_enter`: each module's object (a strong reference),
-/// its `training` slot and its flag on entry. Owned: freed once, on drop.
-pub(crate) struct ModuleModes(NonNull<c_void>);
 
 // SAFETY: the shim's list holds only reference-counted (atomically)
 // pointers to the module objects, and is read and written under the shim's
-// mode lock; freeing it from any thread is fine.
+// mode lock (the saved flags never change); freeing it from any thread is
+// fine.
 unsafe impl Send for ModuleModes {}
-// SAFETY: `restore` (the only `&self` use) takes the shim's mode lock.
+// SAFETY: as above; `&self` only reads the immutable saved flags, or
+// restores under the shim's lock.
 unsafe impl Sync for ModuleModes {}
 
 impl ModuleModes {
-    /// Puts each saved flag back on its own module.
-    pub(crate) fn restore(&self) -> Result<(), TchError> {
-        // SAFETY: `self.0` came from tch_scope_module_enter and is not freed yet.
-        check(unsafe { ffi::tch_scope_module_leave(self.0.as_ptr()) })
+    fn new(call: impl FnOnce(*mut *mut c_void) -> ffi::Status) -> Result<Self, TchError> {
+        let mut saved = std::ptr::null_mut();
+        check(call(&mut saved))?;
+        let saved = NonNull::new(saved)
+            .ok_or_else(|| TchError::Torch("the shim saved no module modes".into()))?;
+        Ok(Self {
+            saved,
+            flags: OnceLock::new(),
+        })
+    }
+
+    fn restore(&self) -> Result<(), TchError> {
+        // SAFETY: `self.saved` came from the shim and is not freed yet.
+        check(unsafe { tch_scope_module_leave(self.saved.as_ptr()) })
+    }
+}
+
+impl std::ops::Deref for ModuleModes {
+    type Target = [bool];
+
+    fn deref(&self) -> &[bool] {
+        self.flags.get_or_init(|| {
+            let saved = self.saved.as_ptr();
+            // SAFETY: a live handle; with `cap` 0 nothing is written.
+            let n = unsafe { tch_scope_module_saved_modes(saved, std::ptr::null_mut(), 0) };
+            let mut bytes = vec![0u8; n];
+            // SAFETY: `bytes` holds `n` writable bytes.
+            unsafe { tch_scope_module_saved_modes(saved, bytes.as_mut_ptr(), n) };
+            bytes.into_iter().map(|b| b != 0).collect()
+        })
+    }
+}
+
+impl PartialEq for ModuleModes {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl PartialEq<Vec<bool>> for ModuleModes {
+    fn eq(&self, other: &Vec<bool>) -> bool {
+        **self == **other
+    }
+}
+
+impl PartialEq<[bool]> for ModuleModes {
+    fn eq(&self, other: &[bool]) -> bool {
+        **self == *other
+    }
+}
+
+impl std::fmt::Debug for ModuleModes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
     }
 }
 
 impl Drop for ModuleModes {
     fn drop(&mut self) {
-        // SAFETY: from tch_scope_module_enter; freed only here, once.
-        unsafe { ffi::tch_scope_module_saved_free(self.0.as_ptr()) }
+        // SAFETY: from the shim; freed only here, once.
+        unsafe { tch_scope_module_saved_free(self.saved.as_ptr()) }
     }
 }
 
-fn enter(m: *mut c_void, on: bool) -> Result<SavedModes<Vec<bool>>, TchError> {
-    let mut saved = std::ptr::null_mut();
+fn save(m: *mut c_void) -> Result<ModuleModes, TchError> {
     // SAFETY: `m` is a live module borrowed by the caller; `saved` is writable.
-    check(unsafe { ffi::tch_scope_module_enter(m, on, &mut saved) })?;
-    let saved = NonNull::new(saved)
-        .ok_or_else(|| TchError::Torch("the shim saved no module modes".into()))?;
-    Ok(SavedModes::module(ModuleModes(saved)))
+    ModuleModes::new(|saved| unsafe { tch_scope_module_save(m, saved) })
 }
 
-/// A TorchScript module: `modes` is each module's own `training` flag, the
-/// module itself first, then its submodules depth-first (`modules()`
-/// order). `set_training` recurses like `module.train(on)`;
-/// `restore_modes` sets each flag back on its own module, so a model whose
-/// submodules were in mixed modes gets exactly those back.
-///
-/// The mode is state of the module, shared by every thread using it (as in
-/// PyTorch): don't switch a module that another thread is running.
-///
-/// ```
-/// use tch_scope::{Trainable, scoped};
-/// # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/bn_dropout.pt");
-/// let model = tch::CModule::load(path).unwrap(); // saved in training mode
-/// let x = tch::Tensor::zeros([2, 4], (tch::Kind::Float, tch::Device::Cpu));
-/// let (y, inside) = scoped!(no_grad, eval(model) => {
-///     (model.forward_ts(&[&x]).unwrap(), model.modes().unwrap())
-/// });
-/// assert_eq!(inside, [false; 5]); // the model and its 4 submodules
-/// assert_eq!(model.modes().unwrap(), [true; 5]); // back in training mode
-/// # let _ = y;
-/// ```
-impl Trainable for CModule {
-    type Modes = Vec<bool>;
-
-    fn modes(&self) -> Result<Vec<bool>, TchError> {
-        modes(module_ptr(self))
-    }
-
-    fn set_training(&self, on: bool) -> Result<(), TchError> {
-        set_training(module_ptr(self), on)
-    }
-
-    fn restore_modes(&self, modes: Vec<bool>) -> Result<(), TchError> {
-        restore_modes(module_ptr(self), &modes)
-    }
-
-    fn switch_training(&self, on: bool) -> Result<Vec<bool>, TchError> {
-        exchange(module_ptr(self), on)
-    }
-
-    fn __enter_mode(&self, on: bool) -> Result<SavedModes<Vec<bool>>, TchError> {
-        enter(module_ptr(self), on)
-    }
+fn enter(m: *mut c_void, on: bool) -> Result<ModuleModes, TchError> {
+    // SAFETY: as for `save`.
+    ModuleModes::new(|saved| unsafe { tch_scope_module_enter(m, on, saved) })
 }
 
-/// As for [`CModule`]: one flag per submodule.
-///
-/// ```
-/// use tch_scope::{Trainable, scoped};
-/// # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/mixed_modes.pt");
-/// let vs = tch::nn::VarStore::new(tch::Device::Cpu);
-/// let model = tch::TrainableCModule::load(path, vs.root()).unwrap();
-/// let saved = model.modes().unwrap(); // submodules in mixed modes
-/// let x = tch::Tensor::zeros([2, 4], (tch::Kind::Float, tch::Device::Cpu));
-/// let y = scoped!(eval(model) => model.forward_ts(&[&x]).unwrap());
-/// assert_eq!(model.modes().unwrap(), saved); // each flag as it was
-/// # let _ = y;
-/// ```
-impl Trainable for TrainableCModule {
-    type Modes = Vec<bool>;
-
-    fn modes(&self) -> Result<Vec<bool>, TchError> {
-        modes(trainable_ptr(self))
-    }
-
-    fn set_training(&self, on: bool) -> Result<(), TchError> {
-        set_training(trainable_ptr(self), on)
-    }
-
-    fn restore_modes(&self, modes: Vec<bool>) -> Result<(), TchError> {
-        restore_modes(trainable_ptr(self), &modes)
-    }
-
-    fn switch_training(&self, on: bool) -> Result<Vec<bool>, TchError> {
-        exchange(trainable_ptr(self), on)
-    }
-
-    fn __enter_mode(&self, on: bool) -> Result<SavedModes<Vec<bool>>, TchError> {
-        enter(trainable_ptr(self), on)
-    }
+fn set_training(m: *mut c_void, on: bool) -> Result<(), TchError> {
+    // SAFETY: `m` is a live module borrowed by the caller.
+    check(unsafe { tch_scope_module_set_training(m, on) })
 }
+
+macro_rules! trainable_module {
+    ($ty:ty, $ptr:ident) => {
+        impl Trainable for $ty {
+            type Modes = ModuleModes;
+
+            fn modes(&self) -> Result<ModuleModes, TchError> {
+                save($ptr(self))
+            }
+
+            fn set_training(&self, on: bool) -> Result<(), TchError> {
+                set_training($ptr(self), on)
+            }
+
+            fn restore_modes(&self, modes: ModuleModes) -> Result<(), TchError> {
+                modes.restore()
+            }
+
+            fn switch_training(&self, on: bool) -> Result<ModuleModes, TchError> {
+                enter($ptr(self), on)
+            }
+        }
+    };
+}
+
+trainable_module!(CModule, module_ptr);
+trainable_module!(TrainableCModule, trainable_ptr);

@@ -7,12 +7,11 @@
 
 use std::cell::Cell;
 use std::marker::PhantomData;
-use std::sync::OnceLock;
 
 use tch::Device;
 
 use crate::error::DeviceName;
-use crate::{Scope, ScopeError, ffi};
+use crate::{Scope, ScopeError, cuda};
 
 thread_local! {
     static CURRENT: Cell<Device> = const { Cell::new(Device::Cpu) };
@@ -29,34 +28,6 @@ thread_local! {
 /// ```
 pub fn current_device() -> Device {
     CURRENT.with(Cell::get)
-}
-
-/// Number of CUDA devices libtorch sees (0 without CUDA or without a GPU).
-/// Read once per process, like `torch.cuda.device_count()` caches it.
-///
-/// ```
-/// let n = tch_scope::cuda_device_count();
-/// assert_eq!(n, tch::Cuda::device_count() as usize);
-/// ```
-pub fn cuda_device_count() -> usize {
-    static COUNT: OnceLock<usize> = OnceLock::new();
-    *COUNT.get_or_init(|| {
-        let mut n = 0i32;
-        // SAFETY: `n` is writable; the shim catches C++ exceptions.
-        match ffi::check(unsafe { ffi::tch_scope_cuda_device_count(&mut n) }) {
-            Ok(()) => usize::try_from(n).unwrap_or(0),
-            Err(_) => 0,
-        }
-    })
-}
-
-/// Whether this build links libtorch_cuda (the libtorch found had CUDA).
-///
-/// ```
-/// let _ = tch_scope::built_with_cuda();
-/// ```
-pub fn built_with_cuda() -> bool {
-    ffi::built_with_cuda()
 }
 
 /// Something that names a device: a [`tch::Device`], an integer `n`
@@ -210,41 +181,18 @@ impl Scope for OnDevice {
 
 /// Makes cuda:`i` the thread's current CUDA device; returns the previous.
 fn enter_cuda(i: usize) -> Result<i32, ScopeError> {
-    let device = Device::Cuda(i);
-    let fail = |reason: String| ScopeError::new(format!("device({i})"), Some(device), reason);
-    let count = cuda_device_count();
-    if count == 0 {
-        return Err(fail(if built_with_cuda() {
-            "CUDA is not available: libtorch sees no CUDA device on this machine".into()
-        } else {
-            "CUDA is not available: this libtorch was built without CUDA".into()
-        }));
-    }
-    if i >= count {
-        return Err(fail(format!(
-            "device index {i} is out of range: this machine has {count} CUDA device{}",
-            if count == 1 { "" } else { "s" }
-        )));
-    }
-    let mut previous = 0i32;
-    // `i < count <= i32::MAX` here.
-    let index = i32::try_from(i).map_err(|_| fail("device index too large".into()))?;
-    // SAFETY: `previous` is writable; the shim catches C++ exceptions.
-    ffi::check(unsafe { ffi::tch_scope_cuda_exchange_device(index, &mut previous) })
-        .map_err(fail)?;
-    Ok(previous)
+    let scope = format!("device({i})");
+    let index = cuda::require(&scope, i)?;
+    cuda::exchange_device(index).map_err(|r| ScopeError::new(scope, Some(Device::Cuda(i)), r))
 }
 
 impl Drop for DeviceGuard {
     fn drop(&mut self) {
         CURRENT.with(|c| c.set(self.previous));
         if let Some(prev) = self.previous_cuda {
-            let mut ignored = 0i32;
             // A failing restore must not panic in Drop (possibly while
             // unwinding): it goes to the exit hook.
-            // SAFETY: `ignored` is writable; the shim catches exceptions.
-            let status = unsafe { ffi::tch_scope_cuda_exchange_device(prev, &mut ignored) };
-            if let Err(e) = ffi::check(status) {
+            if let Err(e) = cuda::exchange_device(prev) {
                 crate::exit::report(
                     "device",
                     format_args!("could not make cuda:{prev} current again: {e}"),
@@ -252,22 +200,4 @@ impl Drop for DeviceGuard {
             }
         }
     }
-}
-
-/// The thread's current CUDA device index (`torch.cuda.current_device()`),
-/// or `None` without CUDA.
-///
-/// ```
-/// if tch_scope::cuda_device_count() == 0 {
-///     assert_eq!(tch_scope::current_cuda_device(), None);
-/// }
-/// ```
-pub fn current_cuda_device() -> Option<usize> {
-    if cuda_device_count() == 0 {
-        return None;
-    }
-    let mut i = 0i32;
-    // SAFETY: `i` is writable; the shim catches C++ exceptions.
-    ffi::check(unsafe { ffi::tch_scope_cuda_current_device(&mut i) }).ok()?;
-    usize::try_from(i).ok()
 }

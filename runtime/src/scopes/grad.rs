@@ -5,10 +5,37 @@
 //! spawned inside `no_grad` starts with grad mode on, as in PyTorch.
 
 use std::convert::Infallible;
+use std::ffi::c_void;
 use std::marker::PhantomData;
 
-use crate::tls::{self, Tls};
-use crate::{Scope, ffi};
+use crate::Scope;
+use crate::thread_state::{self, Tls};
+
+/// What `tch_scope_inference_enter` saves for the exit (`csrc/grad.cpp`).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct InferenceSaved {
+    included: u64,
+    excluded: u64,
+    autograd_flags: u8,
+}
+
+unsafe extern "C" {
+    fn tch_scope_grad_exchange(state: *mut c_void, enabled: bool) -> bool;
+    fn tch_scope_grad_get(state: *mut c_void) -> bool;
+    fn tch_scope_inference_enter(
+        state: *mut c_void,
+        keys: *mut c_void,
+        enabled: bool,
+        saved: *mut InferenceSaved,
+    );
+    fn tch_scope_inference_exit(
+        state: *mut c_void,
+        keys: *mut c_void,
+        saved: *const InferenceSaved,
+    );
+    fn tch_scope_inference_get(state: *mut c_void) -> bool;
+}
 
 /// `torch.no_grad()`: grad mode off for the scope.
 ///
@@ -50,16 +77,16 @@ pub struct Grad(pub bool);
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct GradGuard {
-    state: *mut std::ffi::c_void,
+    state: *mut c_void,
     previous: bool,
 }
 
 #[inline]
 fn set_grad(enabled: bool) -> Result<GradGuard, Infallible> {
-    let t = tls::get();
+    let t = thread_state::get();
     // SAFETY: `t.autograd` is this thread's AutogradState, valid for the
     // thread's life; the guard is !Send so it is used on this thread only.
-    let previous = unsafe { ffi::tch_scope_grad_exchange(t.autograd, enabled) };
+    let previous = unsafe { tch_scope_grad_exchange(t.autograd, enabled) };
     Ok(GradGuard {
         state: t.autograd,
         previous,
@@ -70,7 +97,7 @@ impl Drop for GradGuard {
     #[inline]
     fn drop(&mut self) {
         // SAFETY: see `set_grad`; same thread, pointer still valid.
-        unsafe { ffi::tch_scope_grad_exchange(self.state, self.previous) };
+        unsafe { tch_scope_grad_exchange(self.state, self.previous) };
     }
 }
 
@@ -125,7 +152,7 @@ pub struct InferenceMode;
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 pub struct InferenceModeGuard {
     tls: Tls,
-    saved: ffi::InferenceSaved,
+    saved: InferenceSaved,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -141,10 +168,10 @@ impl Scope for InferenceMode {
 
     #[inline]
     fn enter(&mut self) -> Result<InferenceModeGuard, Infallible> {
-        let tls = tls::get();
-        let mut saved = ffi::InferenceSaved::default();
-        // SAFETY: this thread's pointers (see tls.rs); `saved` is writable.
-        unsafe { ffi::tch_scope_inference_enter(tls.autograd, tls.keys, true, &mut saved) };
+        let tls = thread_state::get();
+        let mut saved = InferenceSaved::default();
+        // SAFETY: this thread's pointers (see thread_state.rs); `saved` is writable.
+        unsafe { tch_scope_inference_enter(tls.autograd, tls.keys, true, &mut saved) };
         Ok(InferenceModeGuard {
             tls,
             saved,
@@ -157,7 +184,7 @@ impl Drop for InferenceModeGuard {
     #[inline]
     fn drop(&mut self) {
         // SAFETY: same thread as entry (the guard is !Send).
-        unsafe { ffi::tch_scope_inference_exit(self.tls.autograd, self.tls.keys, &self.saved) };
+        unsafe { tch_scope_inference_exit(self.tls.autograd, self.tls.keys, &self.saved) };
     }
 }
 
@@ -168,7 +195,7 @@ impl Drop for InferenceModeGuard {
 /// ```
 pub fn is_grad_enabled() -> bool {
     // SAFETY: this thread's AutogradState.
-    unsafe { ffi::tch_scope_grad_get(tls::get().autograd) }
+    unsafe { tch_scope_grad_get(thread_state::get().autograd) }
 }
 
 /// Whether inference mode is on in this thread
@@ -179,5 +206,5 @@ pub fn is_grad_enabled() -> bool {
 /// ```
 pub fn is_inference_mode_enabled() -> bool {
     // SAFETY: this thread's AutogradState.
-    unsafe { ffi::tch_scope_inference_get(tls::get().autograd) }
+    unsafe { tch_scope_inference_get(thread_state::get().autograd) }
 }

@@ -22,7 +22,7 @@ use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::atomic;
+use crate::durable;
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
@@ -84,8 +84,12 @@ impl Scope for Profile {
     fn enter(&mut self) -> Result<ProfileGuard, ScopeError> {
         let fail = |e: String| ScopeError::new(format!("profile({:?})", self.path), None, e);
         // The trace path is checked now, not after a long run.
-        CString::new(atomic::temp_path(&self.path).as_os_str().as_encoded_bytes())
-            .map_err(|_| fail("the path contains a NUL byte".into()))?;
+        CString::new(
+            durable::temp_path(&self.path)
+                .as_os_str()
+                .as_encoded_bytes(),
+        )
+        .map_err(|_| fail("the path contains a NUL byte".into()))?;
         if ACTIVE.swap(true, Ordering::AcqRel) {
             return Err(fail(
                 "a profile scope is already open (libtorch profiles one session per process)"
@@ -107,7 +111,7 @@ impl Scope for Profile {
 
 impl Drop for ProfileGuard {
     fn drop(&mut self) {
-        let written = atomic::replace(&self.path, |tmp| {
+        let written = durable::replace(&self.path, |tmp| {
             let tmp = CString::new(tmp.as_os_str().as_encoded_bytes())
                 .map_err(|_| "the path contains a NUL byte".to_owned())?;
             // SAFETY: a NUL-terminated path; same thread as entry (!Send).

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tch::Device;
 
 use crate::Scope;
-use crate::memory::cuda;
+use crate::cuda;
 use crate::report::{self, Measurement, Outcome, Site};
 
 /// When a [`Timed`] scope synchronises the device.

@@ -110,37 +110,6 @@ pub trait Trainable {
             }
         }
     }
-
-    /// What a scope calls on entry: [`switch_training`](Trainable::switch_training),
-    /// unless the model can hand the guard something cheaper to restore
-    /// from ([`tch::CModule`] keeps the list of its submodules, so leaving
-    /// does not walk them again). Not a public API: the return type can't
-    /// be built outside this crate.
-    #[doc(hidden)]
-    fn __enter_mode(&self, on: bool) -> Result<SavedModes<Self::Modes>, TchError> {
-        self.switch_training(on).map(SavedModes::modes)
-    }
-}
-
-/// What a `ModeGuard` puts back on exit: the modes, for
-/// [`restore_modes`](Trainable::restore_modes), or a TorchScript module's
-/// saved submodule list. Not a public API.
-#[doc(hidden)]
-pub struct SavedModes<M>(Saved<M>);
-
-enum Saved<M> {
-    Modes(M),
-    Module(crate::cmodule::ModuleModes),
-}
-
-impl<M> SavedModes<M> {
-    pub(crate) fn modes(modes: M) -> Self {
-        Self(Saved::Modes(modes))
-    }
-
-    pub(crate) fn module(saved: crate::cmodule::ModuleModes) -> Self {
-        Self(Saved::Module(saved))
-    }
 }
 
 macro_rules! forward_trainable {
@@ -168,10 +137,6 @@ macro_rules! forward_trainable {
                 (**self).switch_training(on)
             }
 
-            #[inline]
-            fn __enter_mode(&self, on: bool) -> Result<SavedModes<T::Modes>, TchError> {
-                (**self).__enter_mode(on)
-            }
         }
     )*};
 }
@@ -255,11 +220,10 @@ impl<'a, T: Trainable + ?Sized> Scope for Mode<'a, T> {
     type Error = ScopeError;
 
     fn enter(&mut self) -> Result<ModeGuard<'a, T>, ScopeError> {
-        // On failure `__enter_mode` (`switch_training`) leaves the model as
-        // it was.
+        // On failure `switch_training` leaves the model as it was.
         let saved = self
             .model
-            .__enter_mode(self.training)
+            .switch_training(self.training)
             .map_err(|e| ScopeError::new(self.word(), None, e.to_string()))?;
         Ok(ModeGuard {
             model: self.model,
@@ -286,7 +250,7 @@ impl<'a, T: Trainable + ?Sized> Scope for Mode<'a, T> {
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 pub struct ModeGuard<'a, T: Trainable + ?Sized> {
     model: &'a T,
-    saved: Option<SavedModes<T::Modes>>,
+    saved: Option<T::Modes>,
     /// `eval` or `train`, for an exit error.
     word: &'static str,
 }
@@ -299,17 +263,12 @@ impl<T: Trainable + ?Sized> std::fmt::Debug for ModeGuard<'_, T> {
 
 impl<T: Trainable + ?Sized> Drop for ModeGuard<'_, T> {
     fn drop(&mut self) {
-        let Some(SavedModes(saved)) = self.saved.take() else {
+        let Some(saved) = self.saved.take() else {
             return;
         };
         // Never panic in drop (it may run during unwinding): a failure goes
-        // to the exit hook. A module's saved list is freed when `saved`
-        // drops, whether or not restoring worked.
-        let restored = match saved {
-            Saved::Modes(modes) => self.model.restore_modes(modes),
-            Saved::Module(module) => module.restore(),
-        };
-        if let Err(e) = restored {
+        // to the exit hook.
+        if let Err(e) = self.model.restore_modes(saved) {
             crate::exit::report(
                 self.word,
                 format_args!("could not restore the model's train/eval modes: {e}"),

@@ -11,6 +11,13 @@ use std::ptr;
 
 use crate::ffi;
 
+unsafe extern "C" {
+    fn tch_scope_tls_pointers(
+        autograd_state: *mut *mut c_void,
+        dispatch_keys: *mut *mut c_void,
+    ) -> ffi::Status;
+}
+
 /// Pointers to this thread's `c10::AutogradState` and local dispatch-key set.
 #[derive(Clone, Copy)]
 pub(crate) struct Tls {
@@ -44,7 +51,7 @@ fn init() -> Result<Tls, String> {
         keys: ptr::null_mut(),
     };
     // SAFETY: both out-pointers are valid for writes.
-    ffi::check(unsafe { ffi::tch_scope_tls_pointers(&mut t.autograd, &mut t.keys) })?;
+    ffi::check(unsafe { tch_scope_tls_pointers(&mut t.autograd, &mut t.keys) })?;
     TLS.with(|c| c.set(t));
     Ok(t)
 }

@@ -3,7 +3,9 @@
 
 pub use tch_scope_macros::{scoped_impl, try_scoped_impl};
 
-pub use crate::private_ctx::*;
+mod words;
+
+pub use words::*;
 
 /// Test-only: makes the shim's `op` fail `times` times on this thread (see
 /// `ffi::inject_fault`); the fault-injection tests in `tests/faults.rs`.
@@ -12,73 +14,9 @@ pub use crate::ffi::inject_fault;
 pub use crate::dist::{Backend as DistBackend, Distributed};
 pub use crate::{Chain, End, EntryError, Scope, ScopeError, Scoped, Spanned};
 
-use crate::{
-    EnableGrad, Grad, InferenceMode, IntoScopeDevice, Mode, NoGrad, OnDevice, Trainable, When,
-};
+use crate::When;
 use std::convert::Infallible;
 use std::marker::PhantomData;
-
-#[inline(always)]
-pub fn no_grad() -> NoGrad {
-    NoGrad
-}
-
-#[inline(always)]
-pub fn enable_grad() -> EnableGrad {
-    EnableGrad
-}
-
-#[inline(always)]
-pub fn grad(enabled: bool) -> Grad {
-    Grad(enabled)
-}
-
-#[inline(always)]
-pub fn inference_mode() -> InferenceMode {
-    InferenceMode
-}
-
-#[inline]
-pub fn device(d: impl IntoScopeDevice) -> OnDevice {
-    OnDevice::new(d)
-}
-
-#[inline]
-pub fn device_cpu() -> OnDevice {
-    OnDevice::new(tch::Device::Cpu)
-}
-
-#[inline]
-pub fn device_mps() -> OnDevice {
-    OnDevice::new(tch::Device::Mps)
-}
-
-#[inline]
-pub fn device_cuda(index: usize) -> OnDevice {
-    OnDevice::new(tch::Device::Cuda(index))
-}
-
-/// Identity, so that a non-scope gets `Scope`'s `on_unimplemented` message
-/// at the user's expression — once: the opaque return type satisfies the
-/// later `Scope` bounds, so no follow-on errors.
-#[inline(always)]
-pub fn with<S: Scope>(scope: S) -> impl Scope {
-    scope
-}
-
-/// `eval(model)`: the macros pass `&(model)`, so the scope borrows the
-/// model rather than moving it. The opaque return type keeps a
-/// non-`Trainable` model to one error, at the user's expression.
-#[inline(always)]
-pub fn eval<T: Trainable + ?Sized>(model: &T) -> impl Scope {
-    Mode::eval(model)
-}
-
-/// `train(model)`; see [`eval`].
-#[inline(always)]
-pub fn train<T: Trainable + ?Sized>(model: &T) -> impl Scope {
-    Mode::train(model)
-}
 
 #[inline(always)]
 pub fn when<S: Scope>(on: bool, scope: S) -> When<S> {
@@ -171,28 +109,6 @@ impl<R> LeavePanicking<R> for &Leave<R, ScopeError> {
     }
 }
 
-pub use crate::SyncMode;
-pub use crate::report::Site;
-
-#[inline(always)]
-pub fn timed(site: &'static Site, sync: SyncMode) -> crate::Timed {
-    crate::Timed::at(site).sync(sync)
-}
-
-#[inline(always)]
-pub fn sync_flag(on: bool) -> SyncMode {
-    if on {
-        SyncMode::Always
-    } else {
-        SyncMode::Never
-    }
-}
-
-#[inline(always)]
-pub fn memory_scope(name: &'static str) -> crate::HostMemory {
-    crate::HostMemory::new(name)
-}
-
 /// Guards that record how the body ended; the macros mark a run whose
 /// `Result` is `Err`.
 pub trait MarkFailed {
@@ -243,9 +159,4 @@ pub fn mark_failed<T, E>(result: &Result<T, E>, guard: &mut impl MarkFailed) {
 #[inline(always)]
 pub fn call<R>(body: impl FnOnce() -> R) -> R {
     body()
-}
-
-#[inline(always)]
-pub fn gpu_memory_scope(name: &'static str, device: usize, empty_cache: bool) -> crate::GpuMemory {
-    crate::GpuMemory::new(name, device).empty_cache(empty_cache)
 }

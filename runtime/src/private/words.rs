@@ -1,0 +1,167 @@
+//! Each word's constructor, `__private::<word>(args..)` as the word's row
+//! in the macros builds it. Not a public API.
+
+#![allow(missing_docs, reason = "hidden: reached only through `__private`")]
+
+use std::path::Path;
+
+use tch::Kind;
+
+pub use crate::SyncMode;
+pub use crate::report::Site;
+use crate::{
+    Autocast, Checkpoint, DetectAnomaly, Deterministic, EnableGrad, ForkRng, Grad, InferenceMode,
+    IntoScopeDevice, Mode, NoGrad, OnDevice, Profile, Record, Scope, ScopeError, Seed, Trainable,
+};
+
+#[inline(always)]
+pub fn no_grad() -> NoGrad {
+    NoGrad
+}
+
+#[inline(always)]
+pub fn enable_grad() -> EnableGrad {
+    EnableGrad
+}
+
+#[inline(always)]
+pub fn grad(enabled: bool) -> Grad {
+    Grad(enabled)
+}
+
+#[inline(always)]
+pub fn inference_mode() -> InferenceMode {
+    InferenceMode
+}
+
+#[inline]
+pub fn device(d: impl IntoScopeDevice) -> OnDevice {
+    OnDevice::new(d)
+}
+
+#[inline]
+pub fn device_cpu() -> OnDevice {
+    OnDevice::new(tch::Device::Cpu)
+}
+
+#[inline]
+pub fn device_mps() -> OnDevice {
+    OnDevice::new(tch::Device::Mps)
+}
+
+#[inline]
+pub fn device_cuda(index: usize) -> OnDevice {
+    OnDevice::new(tch::Device::Cuda(index))
+}
+
+/// Identity, so that a non-scope gets `Scope`'s `on_unimplemented` message
+/// at the user's expression — once: the opaque return type satisfies the
+/// later `Scope` bounds, so no follow-on errors.
+#[inline(always)]
+pub fn with<S: Scope>(scope: S) -> impl Scope<Guard = S::Guard, Error = S::Error> {
+    scope
+}
+
+/// `eval(model)`: the macros pass `&(model)`, so the scope borrows the
+/// model rather than moving it. The opaque return type keeps a
+/// non-`Trainable` model to one error, at the user's expression.
+#[inline(always)]
+pub fn eval<T: Trainable + ?Sized>(model: &T) -> impl Scope<Error = ScopeError> {
+    Mode::eval(model)
+}
+
+/// `train(model)`; see [`eval`].
+#[inline(always)]
+pub fn train<T: Trainable + ?Sized>(model: &T) -> impl Scope<Error = ScopeError> {
+    Mode::train(model)
+}
+
+#[inline(always)]
+pub fn timed(site: &'static Site, sync: SyncMode) -> crate::Timed {
+    crate::Timed::at(site).sync(sync)
+}
+
+#[inline(always)]
+pub fn sync_flag(on: bool) -> SyncMode {
+    if on {
+        SyncMode::Always
+    } else {
+        SyncMode::Never
+    }
+}
+
+#[inline(always)]
+pub fn memory_scope(name: &'static str) -> crate::HostMemory {
+    crate::HostMemory::new(name)
+}
+
+#[inline(always)]
+pub fn gpu_memory_scope(name: &'static str, device: usize, empty_cache: bool) -> crate::GpuMemory {
+    crate::GpuMemory::new(name, device).empty_cache(empty_cache)
+}
+
+#[inline(always)]
+pub fn seed(n: u64) -> Seed {
+    Seed(n)
+}
+
+#[inline(always)]
+pub fn fork_rng() -> ForkRng {
+    ForkRng
+}
+
+#[inline(always)]
+pub fn threads(n: usize) -> crate::Threads {
+    crate::Threads(n)
+}
+
+#[inline(always)]
+pub fn autocast_cpu_bf16() -> Autocast {
+    Autocast::cpu(Kind::BFloat16)
+}
+
+#[inline(always)]
+pub fn autocast_cpu_f16() -> Autocast {
+    Autocast::cpu(Kind::Half)
+}
+
+#[inline(always)]
+pub fn autocast_cuda_f16() -> Autocast {
+    Autocast::cuda(Kind::Half)
+}
+
+#[inline(always)]
+pub fn autocast_cuda_bf16() -> Autocast {
+    Autocast::cuda(Kind::BFloat16)
+}
+
+#[inline]
+pub fn profile(path: impl AsRef<Path>) -> Profile {
+    Profile::new(path)
+}
+
+#[inline]
+pub fn record(name: impl Into<String>) -> Record {
+    Record::new(name)
+}
+
+/// `checkpoint(vs, path, resume)`: the macros pass `&(vs)`, so the scope
+/// borrows the VarStore.
+#[inline]
+pub fn checkpoint<'a>(
+    vs: &'a tch::nn::VarStore,
+    path: impl AsRef<Path>,
+    resume: bool,
+) -> Checkpoint<'a> {
+    Checkpoint::new(vs, path).resume(resume)
+}
+
+#[inline(always)]
+pub fn detect_anomaly(check_nan: bool) -> DetectAnomaly {
+    DetectAnomaly::new().check_nan(check_nan)
+}
+
+#[inline(always)]
+pub fn deterministic(warn_only: bool) -> Deterministic {
+    Deterministic::new().warn_only(warn_only)
+}
