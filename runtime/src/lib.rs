@@ -53,7 +53,7 @@
 //! | `timed`, `timed("name")`, `timed(name = "…", sync)` | a `time.perf_counter()` timer | [`Timed`] |
 //! | `memory_scope`, `memory_scope("name")` | a resident-memory reporter | [`HostMemory`] |
 //! | `gpu_memory_scope(device = 0, empty_cache = false)` | `torch.cuda.memory_allocated()` / `max_memory_allocated()` reporter | [`GpuMemory`] |
-//! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
+//! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` (feature `distributed`) | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
 //!
 //! `seed`, `fork_rng`, `detect_anomaly` and `deterministic` change
 //! process-wide libtorch state (every thread sees it); [`ScopeStack`] enters
@@ -82,6 +82,10 @@
 //! libtorch, so guards are `!Send`. A thread spawned inside `no_grad` starts
 //! with grad mode on, as in PyTorch.
 
+#![cfg_attr(
+    not(feature = "distributed"),
+    doc = "\n[`dist::Distributed`]: https://docs.rs/tch-scope/latest/tch_scope/dist/struct.Distributed.html"
+)]
 #![warn(missing_docs)]
 
 mod atomic;
@@ -103,6 +107,7 @@ use scopes::{
     train, with_mode,
 };
 
+#[cfg(feature = "distributed")]
 #[path = "distributed/mod.rs"]
 pub mod dist;
 

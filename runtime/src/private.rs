@@ -9,6 +9,7 @@ pub use crate::private_ctx::*;
 /// `ffi::inject_fault`); the fault-injection tests in `tests/faults.rs`.
 pub use crate::ffi::inject_fault;
 
+#[cfg(feature = "distributed")]
 pub use crate::dist::{Backend as DistBackend, Distributed};
 pub use crate::{Chain, End, Scope, ScopeError, Scoped, Spanned};
 use crate::{
