@@ -48,7 +48,6 @@ pub fn checked_sum(values: &[f64]) -> Result<f64, String> {
 }
 
 /// One step, timed (as `downstream::timed_step`) and without a graph.
-#[must_use]
 #[ts::scope(no_grad, timed, crate = "ts")]
 pub fn timed_step(x: &Tensor) -> Tensor {
     std::thread::sleep(std::time::Duration::from_millis(1));

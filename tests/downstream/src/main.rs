@@ -14,7 +14,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let z = ts::scoped!(inference_mode => downstream::timed_step(&y));
     assert!(z.is_inference());
     let report = ts::report();
-    assert_eq!(report.timing("downstream::timed_step").map(|t| t.count), Some(1));
+    assert_eq!(
+        report.timing("downstream::timed_step").map(|t| t.count),
+        Some(1)
+    );
     println!("{report}");
     Ok(())
 }

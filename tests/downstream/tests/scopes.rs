@@ -25,8 +25,12 @@ fn an_io_error_leaves_the_scope_and_restores_grad_mode() {
     let err = downstream::file_len(Path::new("/nonexistent/tch-scope")).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
     assert!(ts::is_grad_enabled());
-    let len = downstream::file_len(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml").as_path())
-        .unwrap();
+    let len = downstream::file_len(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("Cargo.toml")
+            .as_path(),
+    )
+    .unwrap();
     assert!(len > 0);
 }
 
@@ -49,7 +53,9 @@ fn scope_list_with_timed_reports_under_the_function_path() {
         assert_eq!(Vec::<f32>::try_from(&y).unwrap(), [2.0, 4.0]);
     }
     let report = ts::report();
-    let t = report.timing("downstream::timed_step").expect("a timing row");
+    let t = report
+        .timing("downstream::timed_step")
+        .expect("a timing row");
     assert_eq!(t.count, 3);
     assert_eq!(t.failed + t.panicked, 0);
     assert!(t.min >= std::time::Duration::from_millis(1));
@@ -110,7 +116,10 @@ fn scoped_blocks_under_the_renamed_crate() {
     assert!(t.is_inference());
     assert!(!ts::is_inference_mode_enabled());
     for training in [true, false] {
-        assert_eq!(ts::scoped!(no_grad if !training => ts::is_grad_enabled()), training);
+        assert_eq!(
+            ts::scoped!(no_grad if !training => ts::is_grad_enabled()),
+            training
+        );
     }
     let r = ts::try_scoped!(device("cuda:7") => 1 + 1);
     if ts::cuda_device_count() < 8 {
