@@ -6,7 +6,7 @@
 CARGO ?= cargo
 BOOTSTRAP := scripts/bootstrap-libtorch.sh
 
-.PHONY: all libtorch demo test test-rust lint fmt bench clean-libtorch fuzz-long stress asan
+.PHONY: all libtorch demo test test-downstream test-downstream-pytorch test-oldest lint fmt bench clean-libtorch fuzz-long stress asan
 
 all: test
 
@@ -24,10 +24,42 @@ test: libtorch
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 	bash scripts/check-linkage.sh
+	$(MAKE) --no-print-directory test-downstream
+
+# tests/downstream: a crate of its own workspace that uses tch-scope as a
+# user's crate does (renamed dependency, edition 2021, the README's rpath
+# build.rs). Built as a user builds it: LIBTORCH from the environment, and
+# from a working directory outside the repository, because cargo reads
+# .cargo/config.toml from the working directory upward (--manifest-path
+# does not change that), and ours would hand it LIBTORCH and
+# TCH_SCOPE_GLOO_INCLUDE. Its own target dir and Cargo.lock (tracked).
+DOWNSTREAM := $(abspath tests/downstream/Cargo.toml)
+DOWNSTREAM_CARGO = cd / && env LIBTORCH=$(abspath .libtorch) \
+	CARGO_TARGET_DIR=$(abspath target/downstream) $(CARGO)
+test-downstream: libtorch
+	$(DOWNSTREAM_CARGO) test --manifest-path $(DOWNSTREAM) --locked
+	$(DOWNSTREAM_CARGO) run --manifest-path $(DOWNSTREAM) --locked
+	$(DOWNSTREAM_CARGO) clippy --manifest-path $(DOWNSTREAM) --locked --all-targets \
+		-- -W clippy::pedantic -D warnings
+
+# The same crate with tch's other documented way to find libtorch: an
+# installed PyTorch (the bootstrap venv's python first on PATH), no LIBTORCH.
+test-downstream-pytorch: libtorch
+	cd / && env -u LIBTORCH LIBTORCH_USE_PYTORCH=1 \
+		PATH=$(realpath .libtorch)/../../../../bin:$$PATH \
+		CARGO_TARGET_DIR=$(abspath target/downstream-pytorch) \
+		$(CARGO) test --manifest-path $(DOWNSTREAM) --locked
+
+# The suite against the oldest supported end: tch 0.24 + libtorch 2.11.0
+# (installed once beside 2.13.0), in a copy under target/oldest with its own
+# Cargo.lock and target dir (scripts/test-oldest.sh).
+test-oldest:
+	CARGO="$(CARGO)" bash scripts/test-oldest.sh
 
 lint: libtorch
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) fmt --manifest-path $(DOWNSTREAM) --check
 
 fmt:
 	$(CARGO) fmt --all

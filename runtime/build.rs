@@ -3,7 +3,12 @@
 //! torch-sys (`links = "tch"`) exports its lib dir as `DEP_TCH_LIBTORCH_LIB`;
 //! the headers sit beside it in `../include`. The CUDA half is built only
 //! when that libtorch has `libtorch_cuda.so`, and then `cfg(tch_scope_cuda)`
-//! is set for the Rust side.
+//! is set for the Rust side; the distributed half only with the
+//! `distributed` feature.
+//!
+//! With the `doc-only` feature (docs.rs, which also sets `DOCS_RS`) torch-sys
+//! looks for no libtorch, and this script builds and links nothing: rustdoc
+//! needs only the Rust side, whose `extern "C"` declarations are never linked.
 
 use std::env;
 use std::path::PathBuf;
@@ -16,9 +21,13 @@ fn main() {
     println!("cargo::rerun-if-changed=csrc");
     println!("cargo::rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo::rerun-if-env-changed=TCH_SCOPE_SANITIZE");
+    println!("cargo::rerun-if-env-changed=DOCS_RS");
+    if env::var_os("CARGO_FEATURE_DOC_ONLY").is_some() || env::var_os("DOCS_RS").is_some() {
+        return;
+    }
 
     let lib = PathBuf::from(env::var("DEP_TCH_LIBTORCH_LIB").expect(
-        "torch-sys did not export DEP_TCH_LIBTORCH_LIB; is the tch/torch-sys version 0.26?",
+        "torch-sys did not export DEP_TCH_LIBTORCH_LIB; is tch/torch-sys within >=0.24, <0.27?",
     ));
     let root = lib
         .parent()
@@ -47,7 +56,11 @@ fn main() {
         .files(["csrc/rng.cpp", "csrc/autocast.cpp", "csrc/profile.cpp"])
         .file("csrc/global_modes.cpp")
         .file("csrc/cuda_link.cpp");
-    let nccl = distributed::configure(&mut build, &include, &lib);
+    let nccl = if env::var_os("CARGO_FEATURE_DISTRIBUTED").is_some() {
+        distributed::configure(&mut build, &include, &lib)
+    } else {
+        None
+    };
     let asan_runtime = sanitize(&mut build);
     if cuda {
         build.define("TCH_SCOPE_CUDA", None);

@@ -9,13 +9,16 @@
 #
 # Order of preference:
 #   1. $TCH_SCOPE_GLOO_INCLUDE, if set (a folder holding gloo/config.h).
-#   2. An earlier fetch in ${XDG_CACHE_HOME:-$HOME/.cache}/tch-scope/gloo/.
-#   3. `apt-get download libgloo-dev` (no root needed once apt's package
+#   2. A system-wide /usr/include/gloo or /usr/local/include/gloo
+#      (`apt-get install libgloo-dev`): runtime/build/distributed.rs looks
+#      there by itself, so nothing is linked.
+#   3. An earlier fetch in ${XDG_CACHE_HOME:-$HOME/.cache}/tch-scope/gloo/.
+#   4. `apt-get download libgloo-dev` (no root needed once apt's package
 #      lists exist; as root it runs `apt-get update` when they don't), then
 #      `dpkg-deb -x` into that cache.
-#   4. A system-wide /usr/include/gloo (libgloo-dev installed).
-# Never fails the build: without headers it says so, and tch-scope builds
-# without the distributed scope (entering it is then a ScopeError).
+# Never fails itself: without headers it says so, and the workspace's build
+# (whose tests and examples turn tch-scope's `distributed` feature on) then
+# fails saying what to install.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,6 +42,13 @@ if [ -n "${TCH_SCOPE_GLOO_INCLUDE:-}" ] && [ "$TCH_SCOPE_GLOO_INCLUDE" != "$link
     || { say "TCH_SCOPE_GLOO_INCLUDE=$TCH_SCOPE_GLOO_INCLUDE has no gloo/config.h; ignoring it"; }
   has_headers "$TCH_SCOPE_GLOO_INCLUDE" && link_to "$(cd "$TCH_SCOPE_GLOO_INCLUDE" && pwd)"
 fi
+
+for dir in /usr/include /usr/local/include; do
+  if has_headers "$dir"; then
+    rm -f "$link"
+    exit 0
+  fi
+done
 
 has_headers "$cache/usr/include" && link_to "$cache/usr/include"
 
@@ -64,9 +74,7 @@ if fetch; then
   link_to "$cache/usr/include"
 fi
 
-has_headers /usr/include && link_to /usr/include
-
-say "no gloo headers found: tch-scope builds without the distributed scope."
-say "to enable it, install libgloo-dev (or set TCH_SCOPE_GLOO_INCLUDE to a folder"
-say "holding gloo/config.h) and rerun make."
+say "no gloo headers found: the build will fail (tch-scope's \`distributed\` feature is on"
+say "in the workspace). Install them with \`apt-get install libgloo-dev\`, or set"
+say "TCH_SCOPE_GLOO_INCLUDE to a folder containing gloo/, and rerun make."
 rm -f "$link"

@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
-# Finds or installs libtorch 2.13.0 and links it at <repo>/.libtorch, which
-# .cargo/config.toml hands to torch-sys as LIBTORCH.
+# Usage: bootstrap-libtorch.sh [VERSION [LINK]]
+#
+# Finds or installs libtorch VERSION (default 2.13.0, what Cargo.lock's tch
+# 0.26 needs) and links it at LINK (default <repo>/.libtorch, which
+# .cargo/config.toml hands to torch-sys as LIBTORCH). `make test-oldest`
+# asks for 2.11.0 (tch 0.24).
 #
 # Order of preference:
-#   1. $LIBTORCH, if the user set it (must be 2.13.0).
-#   2. An earlier bootstrap in ${XDG_CACHE_HOME:-$HOME/.cache}/tch-scope/.
-#   3. A fresh install of the PyPI wheel torch==2.13.0 into a venv there.
+#   1. $LIBTORCH, if the user set it (must be VERSION).
+#   2. An earlier bootstrap in ${XDG_CACHE_HOME:-$HOME/.cache}/tch-scope/venv-torch-VERSION.
+#   3. A fresh install of the PyPI wheel torch==VERSION into a venv there.
 # Prints the libtorch directory it settled on as its last line.
 set -euo pipefail
 
-want=2.13.0
+want=${1:-2.13.0}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/tch-scope"
 venv="$cache/venv-torch-$want"
-link="$repo/.libtorch"
+link=${2:-$repo/.libtorch}
+case "$want" in
+  2.11.*) tch=0.24 ;;
+  2.12.*) tch=0.25 ;;
+  2.13.*) tch=0.26 ;;
+  *) tch="a tch release for libtorch $want" ;;
+esac
 
 say() { printf 'tch-scope bootstrap: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -36,12 +46,13 @@ check_tree() {
   local v
   v=$(libtorch_version "$dir")
   [ -n "$v" ] || die "$what=$dir: cannot tell its version (no build-version or version.py)"
-  [ "$v" = "$want" ] || die "$what=$dir is libtorch $v, but tch 0.26 needs $want exactly. Unset LIBTORCH to let this script install $want into $cache, or point LIBTORCH at a $want build."
+  [ "$v" = "$want" ] || die "$what=$dir is libtorch $v, but tch $tch needs $want exactly. Unset LIBTORCH to let this script install $want into $cache, or point LIBTORCH at a $want build."
 }
 
 link_to() {
   local dir=$1
   if [ "$(readlink "$link" 2>/dev/null || true)" != "$dir" ]; then
+    mkdir -p "$(dirname "$link")"
     ln -sfn "$dir" "$link"
     say "linked $link -> $dir"
   fi

@@ -1,11 +1,14 @@
-//! The distributed part of the shim (`csrc/distributed.cpp`).
+//! The distributed part of the shim (`csrc/distributed.cpp`), built with the
+//! `distributed` feature.
 //!
 //! libtorch_cpu.so carries c10d's ProcessGroupGloo, but the torch wheel ships
 //! no gloo headers, so `ProcessGroupGloo.hpp` compiles only with gloo's
-//! headers from elsewhere: `scripts/bootstrap-gloo.sh` links them at
-//! `<repo>/.gloo`, handed over as `TCH_SCOPE_GLOO_INCLUDE` by
-//! `.cargo/config.toml`. Without them the file compiles to stubs that
-//! report why (`dist::Backend::Gloo.is_available()` is then false).
+//! headers from elsewhere (nothing of that gloo is linked): the folder in
+//! `TCH_SCOPE_GLOO_INCLUDE`, else the system's include folders, where
+//! Debian's `libgloo-dev` puts them. In this repository
+//! `scripts/bootstrap-gloo.sh` links them at `<repo>/.gloo`, handed over as
+//! `TCH_SCOPE_GLOO_INCLUDE` by `.cargo/config.toml`. With the feature on and
+//! no headers found, the build fails saying what to install.
 //!
 //! NCCL (`csrc/nccl.cpp`) is built when the libtorch has CUDA and the CUDA
 //! and NCCL headers are found: beside the bootstrap's wheel
@@ -23,22 +26,18 @@ pub struct Nccl(Vec<PathBuf>);
 pub fn configure(build: &mut cc::Build, include: &Path, lib: &Path) -> Option<Nccl> {
     println!("cargo::rerun-if-env-changed=TCH_SCOPE_GLOO_INCLUDE");
     build.file("csrc/distributed.cpp");
-    let Some(gloo) = gloo_include() else {
-        println!(
-            "cargo::warning=tch-scope: no gloo headers (run scripts/bootstrap-gloo.sh or set \
-             TCH_SCOPE_GLOO_INCLUDE); building without the `distributed` scope"
-        );
-        return None;
-    };
+    let gloo = gloo_include();
     // Watch the headers' own file: a link that appears later is covered
     // by the env var (cargo reruns a script when a watched path is missing,
     // every time, so a missing `.gloo` is not watched).
     println!(
         "cargo::rerun-if-changed={}",
-        gloo.join("gloo/config.h").display()
+        gloo.dir().join("gloo/config.h").display()
     );
+    if let Gloo::Given(dir) = &gloo {
+        build.include(dir);
+    }
     build
-        .include(&gloo)
         // c10d's headers reach torch/types.h (the C++ API's include root).
         .include(include.join("torch/csrc/api/include"))
         .define("USE_C10D_GLOO", None)
@@ -123,7 +122,45 @@ fn nccl_lib(lib: &Path) -> Option<PathBuf> {
     dir.join("libnccl.so.2").exists().then_some(dir)
 }
 
-fn gloo_include() -> Option<PathBuf> {
-    let dir = PathBuf::from(env::var_os("TCH_SCOPE_GLOO_INCLUDE")?);
-    dir.join("gloo/config.h").exists().then_some(dir)
+/// Where gloo's headers are.
+enum Gloo {
+    /// `TCH_SCOPE_GLOO_INCLUDE`: passed to the compiler.
+    Given(PathBuf),
+    /// A folder the compiler searches anyway.
+    System(PathBuf),
+}
+
+impl Gloo {
+    fn dir(&self) -> &Path {
+        match self {
+            Gloo::Given(d) | Gloo::System(d) => d,
+        }
+    }
+}
+
+/// `TCH_SCOPE_GLOO_INCLUDE`, else `/usr/include`, else `/usr/local/include`:
+/// the first holding `gloo/config.h`. Panics (failing the build) if none.
+fn gloo_include() -> Gloo {
+    let has = |d: &Path| d.join("gloo/config.h").exists();
+    let given = env::var_os("TCH_SCOPE_GLOO_INCLUDE").map(PathBuf::from);
+    if let Some(dir) = given.as_ref().filter(|d| has(d)) {
+        return Gloo::Given(dir.clone());
+    }
+    let system = ["/usr/include", "/usr/local/include"];
+    if let Some(dir) = system.into_iter().map(PathBuf::from).find(|d| has(d)) {
+        return Gloo::System(dir);
+    }
+    let given = match given {
+        Some(d) => format!(
+            "TCH_SCOPE_GLOO_INCLUDE={} (no gloo/config.h there), ",
+            d.display()
+        ),
+        None => String::new(),
+    };
+    panic!(
+        "tch-scope's `distributed` feature needs gloo's C++ headers, found in none of {given}{}: \
+         install them with `apt-get install libgloo-dev`, or set `TCH_SCOPE_GLOO_INCLUDE` to a \
+         folder containing gloo/",
+        system.join(", ")
+    );
 }

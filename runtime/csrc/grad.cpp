@@ -35,6 +35,27 @@ bool injected_fault(const char* op) noexcept {
 }
 }  // namespace tch_scope
 
+namespace {
+// AutogradState's grad-layout-enforcement flag is newer than libtorch 2.11;
+// where it is missing there is nothing to save or set. (Templates, so the
+// branch not taken is never compiled.)
+template <class S>
+bool grad_layout(const S& s) {
+  if constexpr (requires { s.get_grad_layout_enforcement_enabled(); }) {
+    return s.get_grad_layout_enforcement_enabled();
+  } else {
+    return false;
+  }
+}
+
+template <class S>
+void set_grad_layout(S& s, bool enabled) {
+  if constexpr (requires { s.set_grad_layout_enforcement_enabled(enabled); }) {
+    s.set_grad_layout_enforcement_enabled(enabled);
+  }
+}
+}  // namespace
+
 extern "C" void tch_scope_fault_inject(const char* op, int32_t times) {
   std::strncpy(tch_scope::fault_op, op, sizeof tch_scope::fault_op - 1);
   tch_scope::fault_op[sizeof tch_scope::fault_op - 1] = 0;
@@ -79,7 +100,7 @@ void tch_scope_inference_enter(void* state, void* keys, bool enabled,
                           (s->get_fw_grad_mode() ? kFwGrad : 0) |
                           (s->get_multithreading_enabled() ? kMultithreading : 0) |
                           (s->get_view_replay_enabled() ? kViewReplay : 0) |
-                          (s->get_grad_layout_enforcement_enabled() ? kGradLayout : 0);
+                          (grad_layout(*s) ? kGradLayout : 0);
   saved->included = k->included_;
   saved->excluded = k->excluded_;
 
@@ -90,7 +111,7 @@ void tch_scope_inference_enter(void* state, void* keys, bool enabled,
   s->set_fw_grad_mode(!enabled);
   s->set_multithreading_enabled(!enabled);
   s->set_view_replay_enabled(false);
-  s->set_grad_layout_enforcement_enabled(true);
+  set_grad_layout(*s, true);
 
   c10::DispatchKeySet included = k->included();
   c10::DispatchKeySet excluded = k->excluded();
@@ -111,7 +132,7 @@ void tch_scope_inference_exit(void* state, void* keys, const tch_scope_inference
   s->set_fw_grad_mode(f & kFwGrad);
   s->set_multithreading_enabled(f & kMultithreading);
   s->set_view_replay_enabled(f & kViewReplay);
-  s->set_grad_layout_enforcement_enabled(f & kGradLayout);
+  set_grad_layout(*s, f & kGradLayout);
   k->included_ = saved->included;
   k->excluded_ = saved->excluded;
 }

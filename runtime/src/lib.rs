@@ -54,7 +54,7 @@
 //! | `timed`, `timed("name")`, `timed(name = "…", sync)` | a `time.perf_counter()` timer | [`Timed`] |
 //! | `memory_scope`, `memory_scope("name")` | a resident-memory reporter | [`HostMemory`] |
 //! | `gpu_memory_scope(device = 0, empty_cache = false)` | `torch.cuda.memory_allocated()` / `max_memory_allocated()` reporter | [`GpuMemory`] |
-//! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
+//! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` (feature `distributed`) | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
 //!
 //! `seed`, `fork_rng`, `threads`, `detect_anomaly` and `deterministic` change
 //! process-wide libtorch state (every thread sees it); [`ScopeStack`] enters
@@ -83,6 +83,10 @@
 //! libtorch, so guards are `!Send`. A thread spawned inside `no_grad` starts
 //! with grad mode on, as in PyTorch.
 
+#![cfg_attr(
+    not(feature = "distributed"),
+    doc = "\n[`dist::Distributed`]: https://docs.rs/tch-scope/latest/tch_scope/dist/struct.Distributed.html"
+)]
 #![warn(missing_docs)]
 
 mod cuda;
@@ -98,6 +102,7 @@ mod scopes;
 mod stack;
 mod thread_state;
 
+#[cfg(feature = "distributed")]
 pub mod dist;
 
 #[doc(hidden)]

@@ -11,6 +11,7 @@ pub use words::*;
 /// `ffi::inject_fault`); the fault-injection tests in `tests/faults.rs`.
 pub use crate::ffi::inject_fault;
 
+#[cfg(feature = "distributed")]
 pub use crate::dist::{Backend as DistBackend, Distributed};
 pub use crate::{Chain, End, EntryError, Scope, ScopeError, Scoped, Spanned};
 
