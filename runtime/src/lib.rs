@@ -74,9 +74,17 @@
 //! `#[device(0)]`, `#[grad(training)]`); [`macro@scope`] takes a whole list.
 //! (`#[scope(…)]` is not spelled `#[scoped(…)]` because Rust keeps one macro
 //! namespace per crate: an attribute and the `scoped!` block macro cannot
-//! share a name.) On a function returning `Result<_, E>`, a scope that
-//! cannot be entered returns `Err(E::from(ScopeError))`; otherwise it panics
-//! with the [`ScopeError`] message.
+//! share a name.) Whether a scope can fail is
+//! part of its type ([`Scope::Error`] is `Infallible` or [`ScopeError`], see
+//! [`EntryError`]), so an attribute of a word that never fails (`no_grad`,
+//! `timed`, …) puts no bound on the return type: `#[no_grad] fn f() ->
+//! std::io::Result<T>` compiles as written. A word that can fail, on a
+//! function returning `Result<_, E>`, returns `Err(E::from(e))` where
+//! `E: From<ScopeError>`, and panics with the [`ScopeError`] message
+//! otherwise (so does a generic `E` not bounded by `From<ScopeError>`, and a
+//! return type with `impl Trait` in it). A renamed dependency
+//! (`ts = { package = "tch-scope" }`) is named with `crate = "ts"` on every
+//! attribute: `#[ts::no_grad(crate = "ts")]`.
 //!
 //! # Threads
 //! Grad mode, inference mode and the current device are per OS thread, as in
