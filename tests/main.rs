@@ -7,6 +7,7 @@ mod attributes;
 mod context;
 mod device;
 mod distributed;
+mod entry_errors;
 mod exits;
 mod grad;
 mod linkage;
