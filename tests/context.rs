@@ -332,3 +332,28 @@ fn scope_stack_holds_borrowing_scopes() {
     drop(stack);
     assert!(model.is_training());
 }
+
+#[test]
+fn an_iterator_in_a_scope_runs_each_next_inside_it() {
+    use tch_scope::{NoGrad, ScopeIterExt};
+    // A generator of tensors, like token-by-token decoding: each step is
+    // made under `no_grad`, and the caller's code between steps is not.
+    let w = crate::util::leaf();
+    let steps = (0..3).map(|i| &w * f64::from(i)).in_scope(NoGrad);
+    let mut between = Vec::new();
+    let mut made = Vec::new();
+    for t in steps {
+        between.push(tch_scope::is_grad_enabled());
+        made.push(t.unwrap().requires_grad());
+    }
+    assert_eq!(made, [false, false, false]);
+    assert_eq!(between, [true, true, true]);
+    // A scope that can't be entered ends each `next()` with its error.
+    if tch_scope::cuda_device_count() == 0 {
+        let mut it = [1, 2]
+            .into_iter()
+            .in_scope(tch_scope::OnDevice::new(tch::Device::Cuda(0)));
+        assert_eq!(it.next().unwrap().unwrap_err().scope(), "device(0)");
+    }
+    assert_eq!(crate::util::state(), crate::util::fresh());
+}

@@ -105,3 +105,72 @@ fn backward_after_scope_still_works() {
     let g = w.grad();
     assert_eq!(g.double_value(&[0, 0]), 3.0);
 }
+
+/// `(grad, inference, is_inference of a tensor made there)` in three
+/// places, as PyTorch's python (the bootstrap's, beside `.libtorch`)
+/// reports them: `inference_mode(False)` inside `inference_mode()`, inside
+/// `no_grad()`, and alone; then the outer state after leaving the first.
+const ORACLE: &str = "import torch
+def here(t): return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), t.is_inference())
+out = []
+with torch.inference_mode():
+    with torch.inference_mode(False):
+        out.append(here(torch.ones(1)))
+    out.append(here(torch.ones(1)))
+with torch.no_grad():
+    with torch.inference_mode(False):
+        out.append(here(torch.ones(1)))
+with torch.inference_mode(False):
+    out.append(here(torch.ones(1)))
+print(' '.join(''.join('1' if b else '0' for b in o) for o in out))";
+
+fn here() -> String {
+    let t = tch::Tensor::ones([1], (tch::Kind::Float, tch::Device::Cpu));
+    [
+        tch_scope::is_grad_enabled(),
+        tch_scope::is_inference_mode_enabled(),
+        t.is_inference(),
+    ]
+    .iter()
+    .map(|&b| if b { '1' } else { '0' })
+    .collect()
+}
+
+#[tch_scope::inference_mode(false)]
+fn leaves_inference_mode() -> String {
+    here()
+}
+
+#[test]
+fn inference_mode_false_does_what_pytorch_does() {
+    // Resolved first: python finds its venv from its own path, which must
+    // not go through the `.libtorch` link.
+    let torch = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/../.libtorch"));
+    let python = torch.map(|t| t.join("../../../../bin/python"));
+    let Some(out) = python.as_ref().ok().and_then(|py| {
+        std::process::Command::new(py)
+            .args(["-c", ORACLE])
+            .output()
+            .ok()
+    }) else {
+        println!("skipped: no PyTorch python beside .libtorch ({python:?})");
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "{python:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let got = [
+        scoped!(inference_mode => {
+            let inner = scoped!(inference_mode(false) => here());
+            format!("{inner} {}", here())
+        }),
+        scoped!(no_grad => leaves_inference_mode()),
+        scoped!(inference_mode(enabled = false) => here()),
+    ]
+    .join(" ");
+    assert_eq!(got, want, "tch-scope vs PyTorch");
+    assert_eq!(state(), fresh());
+}

@@ -149,8 +149,9 @@ pub(crate) fn attr_tokens(
         quote!(::core::concat!(::core::module_path!(), #suffix))
     });
     let cx = Cx::new(runtime_path(path), fn_name);
+    let bare = items_are_bare(attr, &items);
     let scopes = valid::validate(items, &cx, &mut errors);
-    let func = match (|input: ParseStream| parse_fn(input, attr)).parse2(item) {
+    let func = match (|input: ParseStream| parse_fn(input, attr, bare)).parse2(item) {
         Ok(func) => func,
         Err(e) => return Err(errors.and(e)),
     };
@@ -222,6 +223,12 @@ fn list_items(args: TokenStream, first: Span, errors: &mut Errors) -> Vec<Item> 
     items
 }
 
+/// Whether a word attribute was written without arguments (`#[no_grad]`),
+/// as messages then show it.
+fn items_are_bare(attr: Attr, items: &[Item]) -> bool {
+    matches!(attr, Attr::Word(_)) && items.iter().all(|i| i.args.is_none())
+}
+
 struct Func {
     attrs: Vec<Attribute>,
     vis: Visibility,
@@ -230,10 +237,10 @@ struct Func {
     block: Group,
 }
 
-fn parse_fn(input: ParseStream, attr: Attr) -> syn::Result<Func> {
+fn parse_fn(input: ParseStream, attr: Attr, bare: bool) -> syn::Result<Func> {
     // How the attribute and the equivalent `scoped!` list look in messages.
     let (shown, list) = match attr.word() {
-        Some(word) if word.params.is_empty() => (word.name.to_owned(), word.usage.to_owned()),
+        Some(word) if bare => (word.name.to_owned(), word.usage.to_owned()),
         Some(word) => (format!("{}(..)", word.name), word.usage.to_owned()),
         None => (format!("{LIST_ATTR}(..)"), "..".to_owned()),
     };

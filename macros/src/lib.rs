@@ -58,7 +58,9 @@ pub fn grad(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("grad"), args.into(), item.into()).into()
 }
 
-/// Runs the function in inference mode, like `torch.inference_mode()`.
+/// Runs the function in inference mode, like `torch.inference_mode()`;
+/// `#[inference_mode(false)]` leaves an outer one, like
+/// `torch.inference_mode(False)`.
 #[proc_macro_attribute]
 pub fn inference_mode(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("inference_mode"), args.into(), item.into()).into()

@@ -220,3 +220,62 @@ pub trait ScopeFutureExt: Future + Sized {
 }
 
 impl<F: Future> ScopeFutureExt for F {}
+
+/// An iterator whose every `next()` runs inside a scope, left before
+/// `next()` returns: what `@torch.no_grad()` does on a generator
+/// (token-by-token decoding, a data loader). Made by
+/// [`ScopeIterExt::in_scope`].
+///
+/// A scope that cannot be entered ends the iteration with its error:
+/// the item type is `Result<I::Item, S::Error>`.
+///
+/// ```
+/// use tch_scope::{NoGrad, ScopeIterExt, is_grad_enabled};
+/// let seen: Vec<bool> = (0..3)
+///     .map(|_| is_grad_enabled())
+///     .in_scope(NoGrad)
+///     .map(Result::unwrap)
+///     .collect();
+/// assert_eq!(seen, [false, false, false]);
+/// assert!(is_grad_enabled());
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "iterators do nothing unless consumed"]
+pub struct ScopedIter<S, I> {
+    scope: S,
+    iter: I,
+}
+
+impl<S: Scope, I: Iterator> Iterator for ScopedIter<S, I> {
+    type Item = Result<I::Item, S::Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let _guard = match self.scope.enter() {
+            Ok(g) => g,
+            Err(e) => return Some(Err(e)),
+        };
+        self.iter.next().map(Ok)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.iter.size_hint()
+    }
+}
+
+/// Runs every `next()` of an iterator inside a scope: the twin of
+/// [`ScopeFutureExt::in_scope`] for iterators.
+pub trait ScopeIterExt: Iterator + Sized {
+    /// Wraps `self` so that `scope` is entered around each `next()`.
+    ///
+    /// ```
+    /// use tch_scope::{InferenceMode, ScopeIterExt};
+    /// let mut it = std::iter::repeat_with(tch_scope::is_inference_mode_enabled).in_scope(InferenceMode);
+    /// assert_eq!(it.next().map(Result::unwrap), Some(true));
+    /// assert!(!tch_scope::is_inference_mode_enabled());
+    /// ```
+    fn in_scope<S: Scope>(self, scope: S) -> ScopedIter<S, Self> {
+        ScopedIter { scope, iter: self }
+    }
+}
+
+impl<I: Iterator> ScopeIterExt for I {}

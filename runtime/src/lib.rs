@@ -37,7 +37,7 @@
 //! | `no_grad` | `torch.no_grad()` | [`NoGrad`] |
 //! | `enable_grad` | `torch.enable_grad()` | [`EnableGrad`] |
 //! | `grad(flag)` | `torch.set_grad_enabled(flag)` | [`Grad`] |
-//! | `inference_mode` | `torch.inference_mode()` | [`InferenceMode`] |
+//! | `inference_mode`, `inference_mode(false)` | `torch.inference_mode(mode)` | [`InferenceMode`], [`SetInferenceMode`] |
 //! | `device(0)`, `device(cpu)`, `device("cuda:1")`, `device(expr)` | `torch.cuda.device(n)` | [`OnDevice`] |
 //! | `eval(model)` | `was = model.training; model.eval()` … `model.train(was)` | [`Mode`] |
 //! | `train(model)` | `was = model.training; model.train()` … `model.train(was)` | [`Mode`] |
@@ -120,7 +120,7 @@ pub mod __private;
 pub use cuda::{built_with_cuda, cuda_device_count, current_cuda_device};
 pub use error::{EntryError, ScopeError};
 pub use exit::{ExitError, exit_errors_reported, reset_exit_hook, set_exit_hook};
-pub use future::{ScopeFutureExt, Scoped, Spanned, SpannedError};
+pub use future::{ScopeFutureExt, ScopeIterExt, Scoped, ScopedIter, Spanned, SpannedError};
 pub use memory::{GpuMemory, GpuMemoryGuard, HostMemory, HostMemoryGuard, last_memory_report};
 pub use report::MemoryReport;
 pub use report::report;
@@ -128,8 +128,8 @@ pub use scope::{Chain, ChainGuard, End, Scope, When};
 pub use scopes::cmodule::ModuleModes;
 pub use scopes::device::{DeviceGuard, IntoScopeDevice, OnDevice, current_device};
 pub use scopes::grad::{
-    EnableGrad, Grad, GradGuard, InferenceMode, InferenceModeGuard, NoGrad, is_grad_enabled,
-    is_inference_mode_enabled,
+    EnableGrad, Grad, GradGuard, InferenceMode, InferenceModeGuard, NoGrad, SetInferenceMode,
+    is_grad_enabled, is_inference_mode_enabled,
 };
 pub use scopes::timer::{SyncMode, Timed, TimedGuard};
 pub use scopes::train::{Mode, ModeGuard, Trainable};

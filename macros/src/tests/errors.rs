@@ -140,8 +140,8 @@ fn arguments_to_a_word_without_any() {
         1,
     );
     one(
-        "inference_mode() => {}",
-        "`inference_mode` takes no arguments",
+        "enable_grad() => {}",
+        "`enable_grad` takes no arguments",
         "(",
         1,
     );

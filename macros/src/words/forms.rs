@@ -198,6 +198,19 @@ pub(crate) fn one_flag<const DEFAULT: bool>(
     Ok(private_call(word, item, cx, &[flag]))
 }
 
+/// `RT::__private::<word>()` written bare, `RT::__private::<word>_set(x)`
+/// with its one optional argument (`inference_mode(false)`).
+pub(crate) fn bare_or_set(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
+    let values = options(word, item)?;
+    let Some(value) = values.into_iter().next().flatten() else {
+        return Ok(private_call(word, item, cx, &[] as &[Expr]));
+    };
+    let span = item.name.span();
+    let private = cx.private(span);
+    let f = syn::Ident::new(&format!("{}_set", word.name), span);
+    Ok(quote_spanned!(span=> #private::#f(#value)))
+}
+
 pub(crate) fn as_ident(e: &Expr) -> Option<&syn::Ident> {
     match e {
         Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => p.path.get_ident(),

@@ -68,9 +68,20 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "inference_mode",
-        usage: "inference_mode",
-        doc: "inference mode",
-        examples: &["inference_mode"],
+        usage: "inference_mode(enabled)",
+        doc: "inference mode, or `false` to leave it inside",
+        params: &[Param {
+            name: "enabled",
+            kind: Kind::Expr,
+            position: Some(0),
+            required: false,
+        }],
+        check: forms::bare_or_set,
+        examples: &[
+            "inference_mode",
+            "inference_mode(false)",
+            "inference_mode(enabled = on)",
+        ],
         ..BASE
     },
     Word {

@@ -34,6 +34,11 @@ pub fn inference_mode() -> InferenceMode {
     InferenceMode
 }
 
+#[inline(always)]
+pub fn inference_mode_set(enabled: bool) -> crate::SetInferenceMode {
+    crate::SetInferenceMode(enabled)
+}
+
 #[inline]
 pub fn device(d: impl IntoScopeDevice) -> OnDevice {
     OnDevice::new(d)

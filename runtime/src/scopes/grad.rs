@@ -148,6 +148,23 @@ impl Scope for Grad {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct InferenceMode;
 
+/// `torch.inference_mode(mode)`: `c10::InferenceMode(mode)` for the scope.
+/// `SetInferenceMode(true)` is [`InferenceMode`]; `SetInferenceMode(false)`
+/// turns inference mode off inside an outer one — and, as in PyTorch, turns
+/// grad mode on (c10 sets grad mode to `!mode`), so tensors made there are
+/// normal tensors that autograd can record.
+///
+/// ```
+/// use tch_scope::{InferenceMode, Scope, SetInferenceMode, is_grad_enabled, is_inference_mode_enabled};
+/// let _outer = InferenceMode.enter().unwrap();
+/// let inner = SetInferenceMode(false).enter().unwrap();
+/// assert!(!is_inference_mode_enabled() && is_grad_enabled());
+/// drop(inner);
+/// assert!(is_inference_mode_enabled() && !is_grad_enabled());
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct SetInferenceMode(pub bool);
+
 /// Restores the autograd flags and dispatch keys found on entry.
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 pub struct InferenceModeGuard {
@@ -168,10 +185,20 @@ impl Scope for InferenceMode {
 
     #[inline]
     fn enter(&mut self) -> Result<InferenceModeGuard, Infallible> {
+        SetInferenceMode(true).enter()
+    }
+}
+
+impl Scope for SetInferenceMode {
+    type Guard = InferenceModeGuard;
+    type Error = Infallible;
+
+    #[inline]
+    fn enter(&mut self) -> Result<InferenceModeGuard, Infallible> {
         let tls = thread_state::get();
         let mut saved = InferenceSaved::default();
         // SAFETY: this thread's pointers (see thread_state.rs); `saved` is writable.
-        unsafe { tch_scope_inference_enter(tls.autograd, tls.keys, true, &mut saved) };
+        unsafe { tch_scope_inference_enter(tls.autograd, tls.keys, self.0, &mut saved) };
         Ok(InferenceModeGuard {
             tls,
             saved,
