@@ -41,14 +41,8 @@ fn main() {
     );
     let cuda = lib.join("libtorch_cuda.so").exists();
 
-    let mut build = cc::Build::new();
+    let mut build = base(&include);
     build
-        .cpp(true)
-        .pic(true)
-        .std("c++20") // libtorch 2.13 headers use C++20 (bit-field initializers)
-        .include(&include)
-        .define("_GLIBCXX_USE_CXX11_ABI", "1")
-        .flag_if_supported("-Wno-unused-parameter")
         .file("csrc/grad.cpp")
         .file("csrc/device.cpp")
         .file("csrc/module.cpp")
@@ -68,7 +62,7 @@ fn main() {
     }
     build.compile("tch_scope_shim");
     if let Some(nccl) = nccl {
-        distributed::build_nccl(nccl, &include, &lib);
+        distributed::build_nccl(nccl, base(&include), &include, &lib);
     }
     if cuda {
         // After the archive that refers to it, so the reference keeps it.
@@ -90,6 +84,21 @@ fn main() {
     println!("cargo::rustc-link-arg=-Wl,-rpath,{}", lib.display());
     println!("cargo::metadata=libtorch_lib={}", lib.display());
     println!("cargo::metadata=cuda={}", cuda as u8);
+}
+
+/// What every archive of the shim is compiled with: C++20 (libtorch 2.13's
+/// headers use bit-field initializers), position-independent, libtorch's
+/// headers and its C++11 ABI.
+fn base(include: &std::path::Path) -> cc::Build {
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .pic(true)
+        .std("c++20")
+        .include(include)
+        .define("_GLIBCXX_USE_CXX11_ABI", "1")
+        .flag_if_supported("-Wno-unused-parameter");
+    build
 }
 
 /// `TCH_SCOPE_SANITIZE=address` (set by `make asan`) builds the shim with

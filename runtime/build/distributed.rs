@@ -49,20 +49,14 @@ pub fn configure(build: &mut cc::Build, include: &Path, lib: &Path) -> Option<Nc
 
 /// Compiles `csrc/nccl.cpp` into an archive of its own, after the shim's
 /// (which refers to it), with the CUDA defines only it may see.
-pub fn build_nccl(Nccl(dirs): Nccl, include: &Path, lib: &Path) {
-    let mut build = cc::Build::new();
+/// `build` is the shim's common base (build.rs).
+pub fn build_nccl(Nccl(dirs): Nccl, mut build: cc::Build, include: &Path, lib: &Path) {
     build
-        .cpp(true)
-        .pic(true)
-        .std("c++20")
-        .include(include)
         .include(include.join("torch/csrc/api/include"))
         .includes(&dirs)
-        .define("_GLIBCXX_USE_CXX11_ABI", "1")
         .define("USE_C10D_NCCL", None)
         .define("USE_CUDA", None)
         .flag_if_supported("-Wno-interference-size")
-        .flag_if_supported("-Wno-unused-parameter")
         .file("csrc/nccl.cpp");
     build.compile("tch_scope_nccl");
     // ProcessGroupNCCL's code is in libtorch_cuda (linked by build.rs);
