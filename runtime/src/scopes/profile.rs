@@ -136,7 +136,8 @@ impl Drop for ProfileGuard {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Record {
-    name: String,
+    /// The name as libtorch gets it, made once: a NUL byte shows as `\0`.
+    name: CString,
 }
 
 impl Record {
@@ -146,7 +147,9 @@ impl Record {
     /// let _ = tch_scope::Record::new("forward");
     /// ```
     pub fn new(name: impl Into<String>) -> Self {
-        Self { name: name.into() }
+        let name: String = name.into();
+        let name = CString::new(name.replace('\0', "\\0")).unwrap_or_default();
+        Self { name }
     }
 }
 
@@ -164,11 +167,11 @@ impl Scope for Record {
     /// Never fails: a NUL byte in the name is shown as `\0`, and a range
     /// libtorch refuses goes to the exit hook (the body runs unmarked).
     fn enter(&mut self) -> Result<RecordGuard, Infallible> {
-        let name = CString::new(self.name.replace('\0', "\\0")).unwrap_or_default();
+        let name = &self.name;
         let mut range = std::ptr::null_mut();
         // SAFETY: a NUL-terminated name the shim copies; writable out-param.
         if let Err(e) = ffi::check(unsafe { tch_scope_record_begin(name.as_ptr(), &mut range) }) {
-            crate::exit::report(format!("record({:?})", self.name), e);
+            crate::exit::report(format!("record({:?})", self.name.to_string_lossy()), e);
             range = std::ptr::null_mut();
         }
         Ok(RecordGuard { range })
