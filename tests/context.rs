@@ -145,6 +145,10 @@ fn profile_writes_a_chrome_trace_with_ranges_and_ops() {
 fn record_without_profiler_is_harmless() {
     let y = scoped!(record("alone"), record("twice") => ones().sum(Kind::Float));
     assert_eq!(y.double_value(&[]), 16.0);
+    // `record` never fails: a NUL byte in the name is kept as `\0`.
+    let before = tch_scope::exit_errors_reported();
+    assert_eq!(scoped!(record("a\0b") => 3), 3);
+    assert_eq!(tch_scope::exit_errors_reported(), before);
 }
 
 // ---- checkpoint -----------------------------------------------------------------

@@ -147,8 +147,9 @@ impl Record {
     /// let _ = tch_scope::Record::new("forward");
     /// ```
     pub fn new(name: impl Into<String>) -> Self {
-        let name: String = name.into();
-        let name = CString::new(name.replace('\0', "\\0")).unwrap_or_default();
+        let name = CString::new(name.into())
+            .or_else(|e| CString::new(String::from_utf8_lossy(&e.into_vec()).replace('\0', "\\0")))
+            .unwrap_or_default();
         Self { name }
     }
 }
