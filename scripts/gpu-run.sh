@@ -31,7 +31,12 @@ start=$(date +%s)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-run.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-tar -xJf "$bundle_file" -C "$work" || refuse "cannot unpack $bundle_file"
+if command -v xz >/dev/null; then
+  tar -xJf "$bundle_file" -C "$work" || refuse "cannot unpack $bundle_file"
+else # no xz-utils: Python's lzma
+  "$py" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$bundle_file" "$work" \
+    || refuse "cannot unpack $bundle_file (no xz, and $py could not either)"
+fi
 b="$work/gpu-bundle"
 [ -f "$b/BUNDLE" ] || refuse "$bundle_file has no gpu-bundle/BUNDLE (not made by make gpu-bundle?)"
 field() { sed -n "s/^$1=//p" "$b/BUNDLE"; }
@@ -46,7 +51,7 @@ have_cuda=$(sed -n 3p <<<"$info")
 cuda_seen=$(sed -n 4p <<<"$info")
 have=${have_full%%+*}
 [ "$have" = "$want" ] \
-  || refuse "this machine's torch is $have_full ($torch_dir), the bundle was built for torch $want (cuda $want_cuda); build one for $have with OLDEST_TORCH"
+  || refuse "this machine's torch is $have_full ($torch_dir), the bundle was built for torch $want (cuda $want_cuda); build one for it with OLDEST_TORCH=$have OLDEST_TCH=<its tch> make gpu-bundle"
 [ "$have_cuda" = "$want_cuda" ] || say "warning: torch here is built for CUDA $have_cuda, the bundle for $want_cuda"
 
 lib="$torch_dir/lib"
