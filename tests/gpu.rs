@@ -302,7 +302,9 @@ fn nccl_two_ranks_on_one_gpu() {
                 "--test-threads=1",
             ])
             .env(RANK_ENV, rank.to_string())
-            .env(MASTER_ENV, &master);
+            .env(MASTER_ENV, &master)
+            // NCCL's own reason (a duplicate GPU, say) on stderr.
+            .env("NCCL_DEBUG", "WARN");
             c
         })
         .collect();
