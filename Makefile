@@ -6,7 +6,7 @@
 CARGO ?= cargo
 BOOTSTRAP := scripts/bootstrap-libtorch.sh
 
-.PHONY: all libtorch demo test test-downstream test-downstream-pytorch test-oldest lint fmt bench clean-libtorch fuzz-long stress asan
+.PHONY: all libtorch demo test test-downstream test-downstream-pytorch test-oldest gpu-bundle gpu-bundle-smoke lint fmt bench clean-libtorch fuzz-long stress asan
 
 all: test
 
@@ -55,6 +55,21 @@ test-downstream-pytorch: libtorch
 # Cargo.lock and target dir (scripts/test-oldest.sh).
 test-oldest:
 	CARGO="$(CARGO)" bash scripts/test-oldest.sh
+
+# The GPU bundle (scripts/gpu-bundle.sh): the CUDA test binaries built here
+# against torch 2.11.0 + tch 0.24 (the borrowed GPU machine's PyTorch), in
+# release, stripped, with what they read, in target/gpu-bundle.tar.xz
+# (at most 48 MiB). scripts/gpu-run.sh runs it there (README, GPU checks).
+gpu-bundle:
+	CARGO="$(CARGO)" bash scripts/gpu-bundle.sh
+
+# The same bundle and runner here, on the CPU, against the cached torch
+# 2.11.0 venv (its python first on PATH): CUDA tests skipped, with the
+# reason; fails if any test fails. Summary in target/gpu-smoke.
+GPU_SMOKE_VENV := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tch-scope/venv-torch-2.11.0
+gpu-bundle-smoke: gpu-bundle
+	PATH="$(GPU_SMOKE_VENV)/bin:$$PATH" GPU_OUT=target/gpu-smoke \
+		bash scripts/gpu-run.sh target/gpu-bundle.tar.xz
 
 lint: libtorch
 	$(CARGO) fmt --all --check

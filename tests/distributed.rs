@@ -36,6 +36,7 @@ fn f64s(t: &Tensor) -> Vec<f64> {
 #[test]
 fn worker() {
     let Ok(scenario) = std::env::var(procs::WORKER_ENV) else {
+        crate::bundle::skip("distributed::worker", "the entry point of child ranks");
         return;
     };
     match scenario.as_str() {
@@ -380,6 +381,11 @@ fn nccl_is_built_with_a_cuda_libtorch_and_its_headers() {
         assert!(!nccl, "nccl without a CUDA libtorch");
         return;
     }
+    if crate::bundle::bundle().is_some() {
+        // Away from the build tree: gpu-bundle.sh checked the headers there.
+        assert!(nccl, "the GPU bundle was built without nccl");
+        return;
+    }
     let nvidia = concat!(env!("CARGO_MANIFEST_DIR"), "/../.libtorch/../nvidia");
     let headers = std::fs::read_dir(nvidia)
         .into_iter()
@@ -455,10 +461,13 @@ fn a_python_rank_and_rust_ranks_form_one_group() {
         return;
     }
     let Some(py) = python() else {
-        println!("skipped: PyTorch's python (the bootstrap venv) is not installed");
+        crate::bundle::skip(
+            "distributed::a_python_rank_and_rust_ranks_form_one_group",
+            "no PyTorch python (the bootstrap venv, or TCH_SCOPE_PYTHON)",
+        );
         return;
     };
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/dist_peer.py");
+    let script = crate::bundle::tests_dir().join("dist_peer.py");
     // Python serves the store (rank 0) in one group; Rust does in the other.
     for layout in [["py", "rs", "rs"], ["rs", "py", "rs"]] {
         let port = free_port();
@@ -469,7 +478,7 @@ fn a_python_rank_and_rust_ranks_form_one_group() {
             .map(|(r, who)| match *who {
                 "py" => {
                     let mut c = std::process::Command::new(&py);
-                    c.arg(script).envs(procs::rank_env(r, n, port));
+                    c.arg(&script).envs(procs::rank_env(r, n, port));
                     c
                 }
                 _ => procs::worker("interop", r, n, port),
@@ -499,7 +508,10 @@ fn a_rust_binary_runs_under_torchrun() {
         return;
     }
     let Some(py) = python() else {
-        println!("skipped: PyTorch's python (the bootstrap venv) is not installed");
+        crate::bundle::skip(
+            "distributed::a_rust_binary_runs_under_torchrun",
+            "no PyTorch python (the bootstrap venv, or TCH_SCOPE_PYTHON)",
+        );
         return;
     };
     let torchrun = py.with_file_name("torchrun");

@@ -1,37 +1,55 @@
-//! GPU checks: run by `scripts/gpu-check.sh` on a machine with a CUDA
-//! device (`cargo test --test gpu -- --ignored`). Ignored by default, since
-//! CI has no GPU; each test fails, rather than passes vacuously, when CUDA
-//! is missing. A process of its own: CUDA memory counters are per process.
+//! GPU checks: run from the GPU bundle by `scripts/gpu-run.sh` (`make
+//! gpu-bundle`), or by `scripts/gpu-check.sh` on a GPU machine with Rust
+//! (`cargo test --test gpu -- --ignored`). Ignored by default, since CI has
+//! no GPU. Without a CUDA device each test says `GPU-SKIP <test>: no CUDA
+//! device` and returns (so the summary lists it as skipped, not passed);
+//! with `TCH_SCOPE_EXPECT_CUDA=1` (the runners set it when PyTorch sees a
+//! GPU) it fails instead. Measurements go out as `GPU-FIGURE k=v …` lines.
+//! A process of its own: CUDA memory counters are per process.
+
+#[allow(dead_code, reason = "each test binary uses a part of it")]
+mod bundle;
+#[allow(
+    dead_code,
+    reason = "the distributed tests' child processes; here two NCCL ranks"
+)]
+#[path = "distributed/procs.rs"]
+mod procs;
 
 use std::process::Command;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tch::{Cuda, Device, Kind, Tensor};
-use tch_scope::{SyncMode, current_cuda_device, current_device, last_memory_report, scoped};
+use tch_scope::{
+    SyncMode, current_cuda_device, current_device, last_memory_report, scoped, try_scoped,
+};
+
+use bundle::{cuda_or_skip, figure};
 
 /// The allocator counters are per device: one test at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn need_cuda() {
-    assert!(
-        Cuda::is_available(),
-        "CUDA is not available to this binary (libtorch_cuda not loaded, or no device)"
-    );
+fn ms(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64() * 1e3)
 }
 
 #[test]
-#[ignore = "needs a CUDA device: scripts/gpu-check.sh"]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
 fn cuda_is_available_from_the_projects_binaries() {
-    need_cuda();
+    if !cuda_or_skip("cuda_is_available_from_the_projects_binaries") {
+        return;
+    }
     assert!(Cuda::device_count() >= 1);
     assert!(tch_scope::built_with_cuda());
 }
 
 #[test]
-#[ignore = "needs a CUDA device: scripts/gpu-check.sh"]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
 fn device_0_scope_sets_and_restores_the_current_device() {
-    need_cuda();
+    if !cuda_or_skip("device_0_scope_sets_and_restores_the_current_device") {
+        return;
+    }
     let before = (current_device(), current_cuda_device());
     let (inside, cuda, on) = scoped!(device(0) => {
         let t = Tensor::ones([4], (Kind::Float, current_device()));
@@ -55,9 +73,11 @@ fn matmuls(a: &Tensor) {
 }
 
 #[test]
-#[ignore = "needs a CUDA device: scripts/gpu-check.sh"]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
 fn timed_with_sync_covers_the_kernels_and_without_sync_only_the_launches() {
-    need_cuda();
+    if !cuda_or_skip("timed_with_sync_covers_the_kernels_and_without_sync_only_the_launches") {
+        return;
+    }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let a = Tensor::randn([8192, 8192], (Kind::Float, Device::Cuda(0)));
     matmuls(&a); // warm-up: cuBLAS handles, allocator
@@ -81,6 +101,12 @@ fn timed_with_sync_covers_the_kernels_and_without_sync_only_the_launches() {
     let without = tch_scope::report().timing("gpu::nosync").unwrap().max;
 
     eprintln!("kernels {kernels:?}, timed(sync) {with_sync:?}, timed(no sync) {without:?}");
+    figure(&[
+        ("timed_matmuls", "10x8192^2_f32".into()),
+        ("kernels_ms", ms(kernels)),
+        ("timed_sync_ms", ms(with_sync)),
+        ("timed_nosync_ms", ms(without)),
+    ]);
     assert!(
         with_sync.as_secs_f64() >= 0.8 * kernels.as_secs_f64(),
         "with sync the time covers the kernels: {with_sync:?} vs {kernels:?}"
@@ -95,6 +121,7 @@ fn timed_with_sync_covers_the_kernels_and_without_sync_only_the_launches() {
 /// on a fresh device, from the bootstrap's PyTorch.
 fn python_allocated_for_256_mib() -> u64 {
     // The venv holding the bootstrap's torch (or TCH_SCOPE_PYTHON).
+    // gpu-run.sh sets TCH_SCOPE_PYTHON to the machine's python3.
     let python = std::env::var("TCH_SCOPE_PYTHON").unwrap_or_else(|_| {
         concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -110,7 +137,7 @@ fn python_allocated_for_256_mib() -> u64 {
         ])
         .output()
         .unwrap_or_else(|e| {
-            panic!("{python}: {e} (set TCH_SCOPE_PYTHON to a python with torch 2.13)")
+            panic!("{python}: {e} (set TCH_SCOPE_PYTHON to a python with this libtorch's torch)")
         });
     assert!(
         out.status.success(),
@@ -125,15 +152,24 @@ fn python_allocated_for_256_mib() -> u64 {
 }
 
 #[test]
-#[ignore = "needs a CUDA device: scripts/gpu-check.sh"]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
 fn gpu_memory_scope_sees_exactly_what_pytorch_sees() {
-    need_cuda();
+    if !cuda_or_skip("gpu_memory_scope_sees_exactly_what_pytorch_sees") {
+        return;
+    }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let want = python_allocated_for_256_mib();
     let t = scoped!(gpu_memory_scope(name = "gpu::keep", device = 0) => {
         Tensor::ones([64 * 1024 * 1024], (Kind::Float, Device::Cuda(0)))
     });
     let r = last_memory_report().unwrap();
+    figure(&[
+        ("gpu_memory_scope", "ones(64Mi)_f32".into()),
+        ("scope_delta_bytes", r.delta().to_string()),
+        ("scope_peak_growth_bytes", r.peak_growth().to_string()),
+        ("scope_reserved_bytes", format!("{:?}", r.reserved)),
+        ("torch_memory_allocated_bytes", want.to_string()),
+    ]);
     assert_eq!(r.name, "gpu::keep");
     assert_eq!(r.delta(), want as i64, "{r:?}");
     assert_eq!(r.peak_growth(), want, "{r:?}");
@@ -155,13 +191,16 @@ fn gpu_memory_scope_sees_exactly_what_pytorch_sees() {
     assert_eq!(outer.peak_growth(), want, "{outer:?}");
 }
 
-/// `distributed(backend = nccl)`: a group of one on cuda:0 (NCCL refuses
-/// two ranks on one GPU), with every collective on a CUDA tensor.
+/// `distributed(backend = nccl)`, a group of one on cuda:0: every
+/// collective on a CUDA tensor, and the time of a 256 MiB all_reduce.
+
 #[test]
-#[ignore = "needs a CUDA device: scripts/gpu-check.sh"]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
 fn nccl_collectives_on_cuda_tensors() {
     use tch_scope::dist::{self, ReduceOp};
-    need_cuda();
+    if !cuda_or_skip("nccl_collectives_on_cuda_tensors") {
+        return;
+    }
     assert!(dist::Backend::Nccl.is_available(), "built without nccl");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -178,6 +217,16 @@ fn nccl_collectives_on_cuda_tensors() {
         let mut b = Tensor::full([2], 7.0, (Kind::Float, Device::Cuda(0)));
         group.broadcast(&mut b, 0).unwrap();
         group.barrier().unwrap();
+        let mut big = Tensor::ones([64 * 1024 * 1024], (Kind::Float, Device::Cuda(0)));
+        group.all_reduce(&mut big, ReduceOp::Sum).unwrap(); // warm-up
+        Cuda::synchronize(0);
+        let t0 = Instant::now();
+        group.all_reduce(&mut big, ReduceOp::Sum).unwrap();
+        Cuda::synchronize(0);
+        figure(&[
+            ("nccl_world1", "ok".into()),
+            ("all_reduce_256MiB_ms", ms(t0.elapsed())),
+        ]);
         (Vec::<f32>::try_from(t.to(Device::Cpu)).unwrap(),
          Vec::<f32>::try_from(m.to(Device::Cpu)).unwrap(),
          Vec::<f32>::try_from(b.to(Device::Cpu)).unwrap())
@@ -189,4 +238,103 @@ fn nccl_collectives_on_cuda_tensors() {
         dist::current().is_err(),
         "the group is gone after the scope"
     );
+}
+
+const RANK_ENV: &str = "TCH_SCOPE_GPU_NCCL_RANK";
+const MASTER_ENV: &str = "TCH_SCOPE_GPU_NCCL_MASTER";
+
+/// A child rank of `nccl_two_ranks_on_one_gpu`; says `NCCL-SUM …` or
+/// `NCCL-ERROR …` (and exits 3).
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
+fn nccl_rank() {
+    use tch_scope::dist::{self, ReduceOp};
+    let Ok(rank) = std::env::var(RANK_ENV) else {
+        bundle::skip(
+            "nccl_rank",
+            "the entry point of nccl_two_ranks_on_one_gpu's ranks",
+        );
+        return;
+    };
+    let rank: usize = rank.parse().unwrap();
+    let master = std::env::var(MASTER_ENV).unwrap();
+    let timeout = Duration::from_secs(30);
+    let r = try_scoped!(device(0), distributed(backend = nccl, rank = rank, world_size = 2, master = master, timeout = timeout) => {
+        let group = dist::current().unwrap();
+        let mut t = Tensor::full([2], (rank + 1) as f64, (Kind::Float, Device::Cuda(0)));
+        group
+            .all_reduce(&mut t, ReduceOp::Sum)
+            .and_then(|()| group.barrier())
+            .map(|()| Vec::<f32>::try_from(t.to(Device::Cpu)).unwrap())
+            .map_err(|e| e.to_string())
+    });
+    match r.map_err(|e| e.to_string()).and_then(|r| r) {
+        Ok(v) => println!("NCCL-SUM {v:?}"),
+        Err(e) => {
+            println!("NCCL-ERROR {}", e.replace('\n', " "));
+            std::process::exit(3);
+        }
+    }
+}
+
+/// Two NCCL ranks (two processes) on the one GPU, if NCCL allows it: it
+/// refuses duplicate GPUs in one communicator ("Duplicate GPU detected",
+/// ncclInvalidUsage), which is reported as a figure, not a failure.
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
+fn nccl_two_ranks_on_one_gpu() {
+    if !cuda_or_skip("nccl_two_ranks_on_one_gpu") {
+        return;
+    }
+    assert!(
+        tch_scope::dist::Backend::Nccl.is_available(),
+        "built without nccl"
+    );
+    let master = format!("127.0.0.1:{}", procs::free_port());
+    let cmds = (0..2)
+        .map(|rank| {
+            let mut c = Command::new(std::env::current_exe().unwrap());
+            c.args([
+                "nccl_rank",
+                "--exact",
+                "--include-ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(RANK_ENV, rank.to_string())
+            .env(MASTER_ENV, &master)
+            // NCCL's own reason (a duplicate GPU, say) on stderr.
+            .env("NCCL_DEBUG", "WARN");
+            c
+        })
+        .collect();
+    let out = procs::run_all(cmds, Duration::from_secs(90));
+    let slowest = out.iter().map(|o| o.elapsed).max().unwrap();
+    if out.iter().all(procs::Outcome::ok) {
+        for o in &out {
+            assert_eq!(o.line("NCCL-SUM"), "[3.0, 3.0]", "{o}");
+        }
+        figure(&[("nccl_world2_one_gpu", "ok".into()), ("ms", ms(slowest))]);
+        return;
+    }
+    let all: String = out.iter().map(|o| format!("{o}\n")).collect();
+    let refused = ["Duplicate GPU", "invalid usage", "ncclInvalidUsage"]
+        .iter()
+        .any(|w| all.contains(w));
+    assert!(
+        refused,
+        "two NCCL ranks on one GPU failed otherwise:\n{all}"
+    );
+    let why = out
+        .iter()
+        .flat_map(|o| o.lines("NCCL-ERROR"))
+        .next()
+        .unwrap_or_else(|| "see stderr".into());
+    figure(&[
+        ("nccl_world2_one_gpu", "refused".into()),
+        (
+            "reason",
+            format!("{:?}", why.chars().take(160).collect::<String>()),
+        ),
+    ]);
 }

@@ -4,6 +4,8 @@
 mod any_return;
 mod async_scopes;
 mod attributes;
+#[allow(dead_code, reason = "each test binary uses a part of it")]
+mod bundle;
 mod context;
 mod device;
 mod distributed;

@@ -4,6 +4,9 @@
 //! A process of their own, and one test at a time (`serial()`), so that no
 //! other test draws random numbers or flips a flag under them.
 
+#[allow(dead_code, reason = "each test binary uses a part of it")]
+mod bundle;
+
 use std::panic::catch_unwind;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -139,7 +142,7 @@ fn seed_and_fork_rng_attributes() {
 #[test]
 fn seed_covers_cuda_generators() {
     let _s = serial();
-    if tch_scope::cuda_device_count() == 0 {
+    if !bundle::cuda_or_skip("seed_covers_cuda_generators") {
         return;
     }
     let draw = || Tensor::rand([4], (Kind::Float, Device::Cuda(0))).to(Device::Cpu);

@@ -16,15 +16,18 @@ use tch_scope::{
 
 use crate::util::{YieldOnce, poll_once};
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/");
+/// tests/data (the GPU bundle's copy when run from one).
+fn data(name: &str) -> std::path::PathBuf {
+    crate::bundle::tests_dir().join("data").join(name)
+}
 
 fn load(name: &str) -> CModule {
-    CModule::load(format!("{DATA}{name}")).unwrap()
+    CModule::load(data(name)).unwrap()
 }
 
 /// The values of `"key": [..]` in bn_dropout.json (one key per line).
 fn json(key: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(format!("{DATA}bn_dropout.json")).unwrap();
+    let text = std::fs::read_to_string(data("bn_dropout.json")).unwrap();
     let line = text
         .lines()
         .find(|l| l.trim_start().starts_with(&format!("\"{key}\":")))

@@ -45,8 +45,12 @@ pub fn worker(scenario: &str, rank: usize, n: usize, port: u16) -> Command {
     cmd
 }
 
-/// PyTorch 2.13's python from the bootstrap venv, if it is there.
+/// A python with PyTorch: `TCH_SCOPE_PYTHON` (gpu-run.sh sets the
+/// machine's), else PyTorch 2.13's from the bootstrap venv, if it is there.
 pub fn python() -> Option<PathBuf> {
+    if let Some(py) = std::env::var_os("TCH_SCOPE_PYTHON") {
+        return Some(py.into());
+    }
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
