@@ -146,7 +146,7 @@ pub fn profile(path: impl AsRef<Path>) -> Profile {
 }
 
 #[inline]
-pub fn record(name: impl Into<String>) -> Record {
+pub fn record(name: impl AsRef<str>) -> Record {
     Record::new(name)
 }
 

@@ -146,9 +146,11 @@ impl Record {
     /// ```
     /// let _ = tch_scope::Record::new("forward");
     /// ```
-    pub fn new(name: impl Into<String>) -> Self {
-        let name = CString::new(name.into())
-            .or_else(|e| CString::new(String::from_utf8_lossy(&e.into_vec()).replace('\0', "\\0")))
+    pub fn new(name: impl AsRef<str>) -> Self {
+        let name = name.as_ref();
+        // One allocation, sized for the NUL; a NUL inside is shown as `\0`.
+        let name = CString::new(name)
+            .or_else(|_| CString::new(name.replace('\0', "\\0")))
             .unwrap_or_default();
         Self { name }
     }
