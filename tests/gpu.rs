@@ -122,12 +122,12 @@ fn timed_with_sync_covers_the_kernels_and_without_sync_only_the_launches() {
 fn python_allocated_for_256_mib() -> u64 {
     // The venv holding the bootstrap's torch (or TCH_SCOPE_PYTHON).
     // gpu-run.sh sets TCH_SCOPE_PYTHON to the machine's python3.
+    // Resolved first: python finds its venv from its own path, which must
+    // not go through the `.libtorch` link.
     let python = std::env::var("TCH_SCOPE_PYTHON").unwrap_or_else(|_| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../.libtorch/../../../../bin/python"
-        )
-        .into()
+        let torch = concat!(env!("CARGO_MANIFEST_DIR"), "/../.libtorch");
+        let torch = std::fs::canonicalize(torch).unwrap_or_else(|_| torch.into());
+        torch.join("../../../../bin/python").display().to_string()
     });
     let out = Command::new(&python)
         .args([
