@@ -142,16 +142,16 @@ pub(crate) fn attr_tokens(
         Attr::Word(name) => word_item(name, args, &mut errors),
         Attr::List => list_items(args, first, &mut errors),
     };
-    // A function's measurements are named `module::path::function`; the
-    // name is known only once the item parses, so it is a fresh parse away.
-    let fn_name = fn_ident(&item).map(|ident| {
-        let suffix = format!("::{ident}");
+    let bare = items_are_bare(attr, &items);
+    let func = (|input: ParseStream| parse_fn(input, attr, bare)).parse2(item);
+    // A function's measurements are named `module::path::function`.
+    let fn_name = func.as_ref().ok().map(|f| {
+        let suffix = format!("::{}", f.sig.ident);
         quote!(::core::concat!(::core::module_path!(), #suffix))
     });
     let cx = Cx::new(runtime_path(path), fn_name);
-    let bare = items_are_bare(attr, &items);
     let scopes = valid::validate(items, &cx, &mut errors);
-    let func = match (|input: ParseStream| parse_fn(input, attr, bare)).parse2(item) {
+    let func = match func {
         Ok(func) => func,
         Err(e) => return Err(errors.and(e)),
     };
@@ -166,22 +166,6 @@ pub(crate) fn attr_tokens(
     let track_caller = attrs.iter().any(|a| a.path().is_ident("track_caller"));
     let body = expand::fn_body(&cx, &scopes, &sig, &block, track_caller);
     Ok(quote!(#(#attrs)* #vis #default #sig #body))
-}
-
-/// The function's name: the identifier after the first top-level `fn`.
-fn fn_ident(item: &TokenStream) -> Option<syn::Ident> {
-    let mut tokens = item.clone().into_iter();
-    while let Some(tt) = tokens.next() {
-        if let TokenTree::Ident(i) = &tt
-            && i == "fn"
-        {
-            return match tokens.next()? {
-                TokenTree::Ident(name) => Some(name),
-                _ => None,
-            };
-        }
-    }
-    None
 }
 
 /// `#[device(0)]` is the list `device(0)`; the attribute is the word's span.
