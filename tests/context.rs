@@ -10,8 +10,9 @@ use std::path::PathBuf;
 use tch::nn::{self, VarStore};
 use tch::{Device, Kind, Tensor};
 use tch_scope::{
-    Autocast, AutocastDevice, NoGrad, Scope, ScopeError, ScopeStack, autocast_dtype,
-    is_grad_enabled, is_inference_mode_enabled, log_metric, metrics, scoped, try_scoped,
+    Autocast, AutocastDevice, NoGrad, Scope, ScopeError, ScopeStack, autocast_cache_enabled,
+    autocast_dtype, is_grad_enabled, is_inference_mode_enabled, log_metric, metrics, scoped,
+    try_scoped,
 };
 
 use crate::util::{fresh, state};
@@ -101,6 +102,43 @@ fn autocast_cuda_needs_cuda() {
         assert_eq!(k, Kind::BFloat16);
     }
     assert_eq!(autocast_dtype(AutocastDevice::Cuda), None);
+}
+
+/// `torch.autocast(..., enabled=, cache_enabled=)` nested, as PyTorch 2.13
+/// reports (`is_autocast_enabled("cpu")`, `is_autocast_cache_enabled()`,
+/// the matmul's dtype) at each level:
+/// `with autocast("cpu", torch.bfloat16, cache_enabled=False): A;
+///   with autocast("cpu", torch.bfloat16, enabled=False): B;
+///   with autocast("cpu", torch.float16): C` → A: 1 0 bf16, B: 0 0 f32
+/// (the cache flag is inherited), C: 1 0 f16 (still inherited), after: 0 1 f32.
+#[test]
+fn autocast_enabled_and_cache_nest_as_in_pytorch() {
+    let a = ones();
+    let here = || {
+        (
+            autocast_dtype(AutocastDevice::Cpu).is_some(),
+            autocast_cache_enabled(),
+            a.matmul(&a).kind(),
+        )
+    };
+    let levels = scoped!(autocast(cpu, bf16, cache = false) => {
+        let outer = here();
+        let off = scoped!(autocast(cpu, bf16, enabled = false) => here());
+        let f16 = scoped!(autocast(cpu, f16) => here());
+        [outer, off, f16]
+    });
+    assert_eq!(
+        levels,
+        [
+            (true, false, Kind::BFloat16),
+            (false, false, Kind::Float),
+            (true, false, Kind::Half),
+        ]
+    );
+    assert_eq!(here(), (false, true, Kind::Float));
+    let on = true;
+    let k = scoped!(autocast(cpu, enabled = on, cache = true) => a.matmul(&a).kind());
+    assert_eq!(k, Kind::BFloat16);
 }
 
 #[test]

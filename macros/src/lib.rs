@@ -11,7 +11,8 @@
 //! `enable_grad`, `grad`, `inference_mode`, `device`, `eval`, `train`,
 //! `with`, `timed`, `memory_scope`, `gpu_memory_scope`, `distributed`,
 //! `seed`, `fork_rng`, `threads`, `autocast`, `profile`, `record`,
-//! `checkpoint`, `detect_anomaly`, `deterministic` — are the rows of the
+//! `checkpoint`, `detect_anomaly`, `deterministic`, `matmul_precision`,
+//! `tf32`, `cudnn`, `sdpa` — are the rows of the
 //! table in `words/`; a test checks this list, the attributes below and the
 //! READMEs against it. Every attribute also takes `crate = "path"`, the
 //! runtime's path when the dependency is renamed.
@@ -224,4 +225,35 @@ pub fn scoped_impl(input: TokenStream) -> TokenStream {
 #[proc_macro]
 pub fn try_scoped_impl(input: TokenStream) -> TokenStream {
     bang::scoped_macro(Flavor::TryScoped, input.into()).into()
+}
+
+/// Runs every call with float32 matmuls at the given precision
+/// (process-wide), like `torch.set_float32_matmul_precision("high")` …
+/// restore: `#[matmul_precision("high")]`.
+#[proc_macro_attribute]
+pub fn matmul_precision(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("matmul_precision"), args.into(), item.into()).into()
+}
+
+/// Runs every call with cuBLAS's TF32 for float32 matmuls allowed or not
+/// (process-wide), like `torch.backends.cuda.matmul.allow_tf32 = flag` …
+/// restore: `#[tf32(true)]`.
+#[proc_macro_attribute]
+pub fn tf32(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("tf32"), args.into(), item.into()).into()
+}
+
+/// Runs every call with the cuDNN flags written (process-wide), like
+/// `torch.backends.cudnn.flags(...)`: `#[cudnn(benchmark = true)]`.
+#[proc_macro_attribute]
+pub fn cudnn(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("cudnn"), args.into(), item.into()).into()
+}
+
+/// Runs every call with only the listed scaled-dot-product-attention
+/// backends enabled (process-wide), like
+/// `torch.nn.attention.sdpa_kernel([SDPBackend.MATH])`: `#[sdpa(math)]`.
+#[proc_macro_attribute]
+pub fn sdpa(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("sdpa"), args.into(), item.into()).into()
 }

@@ -11,7 +11,9 @@ c10::DeviceType device(int8_t d) { return static_cast<c10::DeviceType>(d); }
 
 extern "C" {
 
-int32_t tch_scope_autocast_enter(int8_t device_type, int8_t dtype, bool enabled,
+// `cache`: 0 or 1, or -1 to keep the thread's setting (Python's default:
+// `cache_enabled=None` reads `torch.is_autocast_cache_enabled()`).
+int32_t tch_scope_autocast_enter(int8_t device_type, int8_t dtype, bool enabled, int8_t cache,
                                  tch_scope_autocast_saved* saved) {
   return tch_scope::guarded([&] {
     auto d = device(device_type);
@@ -21,7 +23,7 @@ int32_t tch_scope_autocast_enter(int8_t device_type, int8_t dtype, bool enabled,
     at::autocast::set_autocast_enabled(d, enabled);
     at::autocast::set_autocast_dtype(d, static_cast<at::ScalarType>(dtype));
     at::autocast::increment_nesting();
-    at::autocast::set_autocast_cache_enabled(true);
+    if (cache >= 0) at::autocast::set_autocast_cache_enabled(cache != 0);
   });
 }
 
@@ -42,5 +44,7 @@ int32_t tch_scope_autocast_get(int8_t device_type, bool* enabled, int8_t* dtype)
     *dtype = static_cast<int8_t>(at::autocast::get_autocast_dtype(device(device_type)));
   });
 }
+
+bool tch_scope_autocast_cache_enabled() { return at::autocast::is_autocast_cache_enabled(); }
 
 }  // extern "C"

@@ -31,12 +31,15 @@ typedef struct {
   bool cache_enabled;
 } tch_scope_autocast_saved;
 // torch.autocast.__enter__: saves the previous flag, dtype and cache flag.
-int32_t tch_scope_autocast_enter(int8_t device_type, int8_t dtype, bool enabled,
+// `cache`: 1 or 0 sets the cast cache, -1 keeps the thread's setting.
+int32_t tch_scope_autocast_enter(int8_t device_type, int8_t dtype, bool enabled, int8_t cache,
                                  tch_scope_autocast_saved* saved);
 // torch.autocast.__exit__: clears the cast cache when leaving the outermost
 // autocast, then puts back what enter saved.
 int32_t tch_scope_autocast_exit(int8_t device_type, const tch_scope_autocast_saved* saved);
 int32_t tch_scope_autocast_get(int8_t device_type, bool* enabled, int8_t* dtype);
+// torch.is_autocast_cache_enabled() (a thread-local flag; cannot fail).
+bool tch_scope_autocast_cache_enabled(void);
 
 // ---- profiler (profile.cpp), per thread ---------------------------------
 // Kineto profiler on for this thread (CPU activities, plus CUDA if `cuda`).

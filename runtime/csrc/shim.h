@@ -83,5 +83,8 @@ void tch_scope_fault_inject(const char* op, int32_t times);
 // RNG, autocast, profiler, anomaly and determinism scopes (context.h).
 #include "context.h"
 
+// Precision and kernel choice: matmul precision, cuDNN, SDPA (backends.h).
+#include "backends.h"
+
 // c10d process groups for the `distributed` scope (distributed.cpp).
 #include "distributed.h"

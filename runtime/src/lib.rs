@@ -45,19 +45,24 @@
 //! | `seed(n)` | `fork_rng()` + `torch.manual_seed(n)` | [`Seed`] |
 //! | `fork_rng` | `torch.random.fork_rng()` | [`ForkRng`] |
 //! | `threads(n)` | `torch.set_num_threads(n)` … restore | [`Threads`] |
-//! | `autocast(cpu, bf16)`, `autocast(cuda, f16)` | `torch.autocast("cuda", torch.float16)` | [`Autocast`] |
+//! | `autocast(cpu, bf16)`, `autocast(cuda, f16, enabled = b, cache = b)` | `torch.autocast("cuda", torch.float16, enabled=b, cache_enabled=b)` | [`Autocast`] |
 //! | `profile("trace.json")` | `torch.profiler.profile()` + `export_chrome_trace` | [`Profile`] |
 //! | `record("name")` | `torch.profiler.record_function("name")` | [`Record`] |
 //! | `checkpoint(vs, "model.ot", resume)` | save on exit (try/finally) | [`Checkpoint`] |
 //! | `detect_anomaly`, `detect_anomaly(check_nan = false)` | `torch.autograd.detect_anomaly()` | [`DetectAnomaly`] |
 //! | `deterministic`, `deterministic(warn_only)` | `torch.use_deterministic_algorithms(True)` | [`Deterministic`] |
+//! | `matmul_precision("high")` | `torch.set_float32_matmul_precision("high")` … restore | [`MatmulPrecision`] |
+//! | `tf32(flag)` | `torch.backends.cuda.matmul.allow_tf32 = flag` … restore | [`Tf32`] |
+//! | `cudnn(benchmark = true, ..)` | `torch.backends.cudnn.flags(benchmark=True, ..)` | [`Cudnn`] |
+//! | `sdpa(math, flash)` | `torch.nn.attention.sdpa_kernel([SDPBackend.MATH, ..])` | [`Sdpa`] |
 //! | `timed`, `timed("name")`, `timed(name = "…", sync)` | a `time.perf_counter()` timer | [`Timed`] |
 //! | `memory_scope`, `memory_scope("name")` | a resident-memory reporter | [`HostMemory`] |
 //! | `gpu_memory_scope(device = 0, empty_cache = false)` | `torch.cuda.memory_allocated()` / `max_memory_allocated()` reporter | [`GpuMemory`] |
 //! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` (feature `distributed`) | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
 //!
-//! `seed`, `fork_rng`, `threads`, `detect_anomaly` and `deterministic` change
-//! process-wide libtorch state (every thread sees it); [`ScopeStack`] enters
+//! `seed`, `fork_rng`, `threads`, `detect_anomaly`, `deterministic`,
+//! `matmul_precision`, `tf32`, `cudnn` and `sdpa` change process-wide
+//! libtorch state (every thread sees it); [`ScopeStack`] enters
 //! scopes chosen at run time, like `contextlib.ExitStack`. Measurements of
 //! `timed` and the memory scopes go to [`report()`](report::report), to a
 //! callback ([`report::set_callback`]) and, with the `tracing` feature, to
@@ -135,12 +140,20 @@ pub use scopes::train::{Mode, ModeGuard, Trainable};
 pub use scopes::with_mode::WithMode;
 
 pub use scopes::anomaly::{AnomalyGuard, DetectAnomaly, anomaly_mode};
-pub use scopes::autocast::{Autocast, AutocastDevice, AutocastGuard, autocast_dtype};
+pub use scopes::autocast::{
+    Autocast, AutocastDevice, AutocastGuard, autocast_cache_enabled, autocast_dtype,
+};
 pub use scopes::checkpoint::{Checkpoint, CheckpointGuard, Metrics, log_metric, metrics};
 pub use scopes::deterministic::{Deterministic, DeterministicGuard, deterministic_mode};
 pub use scopes::profile::{Profile, ProfileGuard, Record, RecordGuard};
 pub use scopes::rng::{ForkRng, RngGuard, Seed};
 pub use scopes::threads::{Threads, ThreadsGuard};
+
+pub use scopes::cudnn::{Cudnn, CudnnFlags, CudnnGuard, cudnn_flags};
+pub use scopes::precision::{
+    MatmulPrecision, MatmulPrecisionGuard, Tf32, allow_tf32, matmul_precision,
+};
+pub use scopes::sdpa::{Sdpa, SdpaBackend, SdpaGuard, sdpa_backends};
 pub use stack::ScopeStack;
 
 pub use tch_scope_macros::distributed;
@@ -148,6 +161,7 @@ pub use tch_scope_macros::scoped as scope;
 pub use tch_scope_macros::{
     autocast, checkpoint, detect_anomaly, deterministic, fork_rng, profile, record, seed, threads,
 };
+pub use tch_scope_macros::{cudnn, matmul_precision, sdpa, tf32};
 pub use tch_scope_macros::{device, enable_grad, eval, grad, inference_mode, no_grad, train, with};
 pub use tch_scope_macros::{gpu_memory_scope, memory_scope, timed};
 

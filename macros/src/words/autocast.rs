@@ -1,8 +1,11 @@
-//! `autocast(cpu, bf16)`, `autocast(cuda)`: a device type and a dtype,
-//! each a fixed word, with PyTorch's default dtype per device.
+//! `autocast(cpu, bf16)`, `autocast(cuda)`, `autocast(cuda, f16, enabled =
+//! b, cache = b)`: a device type and a dtype, each a fixed word, with
+//! PyTorch's default dtype per device, then `torch.autocast`'s `enabled`
+//! and `cache_enabled` as named flags.
 
 use proc_macro2::TokenStream;
 use quote::quote_spanned;
+use syn::spanned::Spanned;
 
 use super::forms::{arg_span, as_ident};
 use crate::ast::{Arg, Item};
@@ -15,7 +18,7 @@ fn ident(arg: &Arg) -> Option<&syn::Ident> {
     }
 }
 
-const AUTOCAST_FORMS: &str = "write `autocast(cpu, bf16)`, `autocast(cpu, f16)`, `autocast(cuda, f16)` or `autocast(cuda, bf16)`";
+const AUTOCAST_FORMS: &str = "write `autocast(cpu, bf16)`, `autocast(cpu, f16)`, `autocast(cuda, f16)` or `autocast(cuda, bf16)`, then optionally `enabled = b`, `cache = b`";
 
 pub(crate) fn check(_: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
     let Some(args) = &item.args else {
@@ -24,7 +27,10 @@ pub(crate) fn check(_: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> 
             format!("`autocast` needs a device type: {AUTOCAST_FORMS}"),
         ));
     };
-    let mut list = args.list.iter();
+    let (named, positional): (Vec<&Arg>, Vec<&Arg>) =
+        args.list.iter().partition(|a| matches!(a, Arg::Named(..)));
+    let options = flags(&named)?;
+    let mut list = positional.into_iter();
     let Some(first) = list.next() else {
         return Err(syn::Error::new(
             args.span,
@@ -75,5 +81,39 @@ pub(crate) fn check(_: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> 
     };
     let span = item.name.span();
     let (private, f) = (cx.private(span), syn::Ident::new(f, span));
-    Ok(quote_spanned!(span=> #private::#f()))
+    let options = options.iter().map(|(key, value)| {
+        let method = syn::Ident::new(key, value.span());
+        quote_spanned!(value.span()=> .#method(#value))
+    });
+    Ok(quote_spanned!(span=> #private::#f() #(#options)*))
+}
+
+/// `enabled = b`, `cache = b`: each at most once; the runtime's builder
+/// methods of the same names take them.
+fn flags<'a>(named: &[&'a Arg]) -> syn::Result<Vec<(&'static str, &'a syn::Expr)>> {
+    let mut out: Vec<(&'static str, &syn::Expr)> = Vec::new();
+    for arg in named {
+        let Arg::Named(key, value) = arg else {
+            continue;
+        };
+        let Some(name) = ["enabled", "cache"].into_iter().find(|n| key == n) else {
+            let hint = if key == "cache_enabled" {
+                "`cache_enabled` is spelled `cache` here".to_owned()
+            } else {
+                format!("`autocast` has no argument `{key}`")
+            };
+            return Err(syn::Error::new(
+                key.span(),
+                format!("{hint}: {AUTOCAST_FORMS}"),
+            ));
+        };
+        if out.iter().any(|(n, _)| *n == name) {
+            return Err(syn::Error::new(
+                key.span(),
+                format!("`{name}` is given twice to `autocast`; keep one"),
+            ));
+        }
+        out.push((name, value));
+    }
+    Ok(out)
 }

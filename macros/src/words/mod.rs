@@ -5,6 +5,7 @@
 //! and its README row (a test checks that none is left behind).
 
 mod autocast;
+mod backends;
 mod borrowed;
 mod checkpoint;
 mod device;
@@ -16,6 +17,7 @@ use crate::word::{Awaits, Conflict, Kind, Param, Word};
 
 const GRAD_MODE: Conflict = Conflict::Group("grad mode");
 const MODEL_MODE: Conflict = Conflict::PerModel("model mode");
+const MATMUL: Conflict = Conflict::Group("float32 matmul precision");
 
 /// What most rows share: a bare word of per-thread state that cannot fail.
 const BASE: Word = Word {
@@ -233,7 +235,7 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "autocast",
-        usage: "autocast(cpu, bf16)",
+        usage: "autocast(cpu, bf16, enabled = b, cache = b)",
         doc: "mixed precision",
         params: &[
             Param::positional("device_type", 0),
@@ -246,6 +248,9 @@ pub(crate) const WORDS: &[Word] = &[
             "autocast(cpu)",
             "autocast(cpu, bf16)",
             "autocast(cuda, f16)",
+            "autocast(cpu, bf16, enabled = on)",
+            "autocast(cuda, bf16, cache = false)",
+            "autocast(cpu, enabled = false, cache = true)",
         ],
         ..BASE
     },
@@ -306,6 +311,62 @@ pub(crate) const WORDS: &[Word] = &[
             "deterministic(warn_only)",
             "deterministic(warn_only = w)",
         ],
+        ..BASE
+    },
+    Word {
+        name: "matmul_precision",
+        usage: "matmul_precision(\"high\")",
+        doc: "float32 matmul precision, `\"highest\"`, `\"high\"` or `\"medium\"`",
+        params: &[Param::positional("precision", 0)],
+        check: backends::matmul_precision,
+        conflict: MATMUL,
+        awaits: Awaits::Span,
+        fails: true,
+        examples: &[
+            "matmul_precision(\"highest\")",
+            "matmul_precision(\"medium\")",
+            "matmul_precision(p)",
+        ],
+        ..BASE
+    },
+    Word {
+        name: "tf32",
+        usage: "tf32(flag)",
+        doc: "TF32 in cuBLAS float32 matmuls",
+        params: &[Param::positional("allow", 0)],
+        conflict: MATMUL,
+        awaits: Awaits::Span,
+        fails: true,
+        examples: &["tf32(true)", "tf32(allow)"],
+        ..BASE
+    },
+    Word {
+        name: "cudnn",
+        usage: "cudnn(enabled = b, benchmark = b, deterministic = b, allow_tf32 = b)",
+        doc: "cuDNN's flags, each optional",
+        params: &[
+            Param::flag("enabled"),
+            Param::flag("benchmark"),
+            Param::flag("deterministic"),
+            Param::flag("allow_tf32"),
+        ],
+        check: backends::cudnn,
+        awaits: Awaits::Span,
+        fails: true,
+        examples: &[
+            "cudnn(benchmark)",
+            "cudnn(enabled = false)",
+            "cudnn(benchmark = b, deterministic = true, allow_tf32 = false)",
+        ],
+        ..BASE
+    },
+    Word {
+        name: "sdpa",
+        usage: "sdpa(math, flash, mem_efficient, cudnn)",
+        doc: "only these attention backends",
+        check: backends::sdpa,
+        awaits: Awaits::Span,
+        examples: &["sdpa(math)", "sdpa(flash, mem_efficient, cudnn)"],
         ..BASE
     },
 ];

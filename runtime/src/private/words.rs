@@ -7,6 +7,7 @@ use std::path::Path;
 
 use tch::Kind;
 
+pub use crate::SdpaBackend;
 pub use crate::SyncMode;
 pub use crate::report::Site;
 use crate::{
@@ -169,4 +170,41 @@ pub fn detect_anomaly(check_nan: bool) -> DetectAnomaly {
 #[inline(always)]
 pub fn deterministic(warn_only: bool) -> Deterministic {
     Deterministic::new().warn_only(warn_only)
+}
+
+#[inline]
+pub fn matmul_precision(name: impl AsRef<str>) -> crate::MatmulPrecision {
+    crate::MatmulPrecision::new(name)
+}
+
+#[inline(always)]
+pub fn tf32(allow: bool) -> crate::Tf32 {
+    crate::Tf32(allow)
+}
+
+/// `cudnn(..)`: each flag written, in the row's order.
+#[inline(always)]
+pub fn cudnn(
+    enabled: Option<bool>,
+    benchmark: Option<bool>,
+    deterministic: Option<bool>,
+    allow_tf32: Option<bool>,
+) -> crate::Cudnn {
+    let mut c = crate::Cudnn::new();
+    for (v, set) in [
+        (enabled, crate::Cudnn::enabled as fn(_, _) -> _),
+        (benchmark, crate::Cudnn::benchmark),
+        (deterministic, crate::Cudnn::deterministic),
+        (allow_tf32, crate::Cudnn::allow_tf32),
+    ] {
+        if let Some(v) = v {
+            c = set(c, v);
+        }
+    }
+    c
+}
+
+#[inline(always)]
+pub fn sdpa<const N: usize>(backends: [SdpaBackend; N]) -> crate::Sdpa {
+    crate::Sdpa::only(backends)
 }

@@ -24,9 +24,16 @@ struct Saved {
 }
 
 unsafe extern "C" {
-    fn tch_scope_autocast_enter(device: i8, dtype: i8, enabled: bool, saved: *mut Saved) -> i32;
+    fn tch_scope_autocast_enter(
+        device: i8,
+        dtype: i8,
+        enabled: bool,
+        cache: i8,
+        saved: *mut Saved,
+    ) -> i32;
     fn tch_scope_autocast_exit(device: i8, saved: *const Saved) -> i32;
     fn tch_scope_autocast_get(device: i8, enabled: *mut bool, dtype: *mut i8) -> i32;
+    fn tch_scope_autocast_cache_enabled() -> bool;
 }
 
 /// The device types autocast acts on.
@@ -87,6 +94,7 @@ pub struct Autocast {
     device: AutocastDevice,
     dtype: Kind,
     enabled: bool,
+    cache: Option<bool>,
 }
 
 impl Autocast {
@@ -101,6 +109,7 @@ impl Autocast {
             device,
             dtype,
             enabled: true,
+            cache: None,
         }
     }
 
@@ -135,6 +144,23 @@ impl Autocast {
     /// ```
     pub fn enabled(mut self, enabled: bool) -> Self {
         self.enabled = enabled;
+        self
+    }
+
+    /// `cache_enabled=`: whether casts of the same tensor are cached
+    /// inside (a weight cast once per scope, not once per use). Left
+    /// unset, the thread's current setting is kept (on by default), as in
+    /// PyTorch.
+    ///
+    /// ```
+    /// use tch::{Device, Kind, Tensor};
+    /// use tch_scope::scoped;
+    /// let w = Tensor::ones([2, 2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+    /// let k = scoped!(autocast(cpu, bf16, cache = false) => w.matmul(&w).kind());
+    /// assert_eq!(k, Kind::BFloat16);
+    /// ```
+    pub fn cache(mut self, enabled: bool) -> Self {
+        self.cache = Some(enabled);
         self
     }
 
@@ -189,7 +215,13 @@ impl Scope for Autocast {
         let mut saved = Saved::default();
         // SAFETY: plain values and a writable out-param; exceptions caught.
         let status = unsafe {
-            tch_scope_autocast_enter(self.device.code(), dtype, self.enabled, &mut saved)
+            tch_scope_autocast_enter(
+                self.device.code(),
+                dtype,
+                self.enabled,
+                self.cache.map_or(-1, i8::from),
+                &mut saved,
+            )
         };
         ffi::check(status).map_err(|e| ScopeError::new(self.label(), None, e))?;
         Ok(AutocastGuard {
@@ -228,4 +260,18 @@ pub fn autocast_dtype(device: AutocastDevice) -> Option<Kind> {
         Ok(()) if enabled => code_kind(dtype),
         _ => None,
     }
+}
+
+/// Whether autocast caches its casts on this thread
+/// (`torch.is_autocast_cache_enabled()`).
+///
+/// ```
+/// use tch_scope::{autocast_cache_enabled, scoped};
+/// assert!(autocast_cache_enabled());
+/// assert!(!scoped!(autocast(cpu, cache = false) => autocast_cache_enabled()));
+/// assert!(autocast_cache_enabled());
+/// ```
+pub fn autocast_cache_enabled() -> bool {
+    // SAFETY: no arguments; reads a thread-local flag.
+    unsafe { tch_scope_autocast_cache_enabled() }
 }

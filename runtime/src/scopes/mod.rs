@@ -6,18 +6,22 @@
 //! model's mode: [`train`] (`eval`, `train`), over [`cmodule`] (TorchScript)
 //! and [`with_mode`] (`tch::nn`). Spanning the whole scope: [`timer`]
 //! (`timed`), [`rng`] (`seed`, `fork_rng`), [`checkpoint`], and the
-//! process-wide [`anomaly`], [`deterministic`] and [`threads`]. The memory scopes,
+//! process-wide [`anomaly`], [`deterministic`], [`threads`], [`precision`]
+//! (`matmul_precision`, `tf32`), [`cudnn`] and [`sdpa`]. The memory scopes,
 //! reports and process groups have folders of their own beside this one.
 
 pub(crate) mod anomaly;
 pub(crate) mod autocast;
 pub(crate) mod checkpoint;
 pub(crate) mod cmodule;
+pub(crate) mod cudnn;
 pub(crate) mod deterministic;
 pub(crate) mod device;
 pub(crate) mod grad;
+pub(crate) mod precision;
 pub(crate) mod profile;
 pub(crate) mod rng;
+pub(crate) mod sdpa;
 pub(crate) mod threads;
 pub(crate) mod timer;
 pub(crate) mod train;
