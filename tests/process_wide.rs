@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tch::nn::{self, VarStore};
 use tch::{Device, Kind, Tensor};
 use tch_scope::{
-    DetectAnomaly, NoGrad, Scope, anomaly_mode, deterministic_mode, log_metric, scoped,
+    DetectAnomaly, NoGrad, Scope, anomaly_mode, deterministic_mode, log_metric, scoped, try_scoped,
 };
 
 fn serial() -> MutexGuard<'static, ()> {
@@ -153,6 +153,55 @@ fn seed_covers_cuda_generators() {
     assert!(draw().equal(&want), "CUDA stream restored");
     let b = scoped!(seed(42) => draw());
     assert!(a.equal(&b), "CUDA generator seeded");
+}
+
+/// `devices = [..]`: the CPU stream is forked (and seeded) as without it;
+/// a CUDA device that is not there is a ScopeError naming it.
+#[test]
+fn fork_rng_and_seed_on_listed_devices() {
+    let _s = serial();
+    unaffected_by(|| {
+        let _ = scoped!(fork_rng(devices = []) => rand(100));
+    });
+    unaffected_by(|| {
+        let _ = scoped!(seed(42, devices = []) => rand(100));
+    });
+    assert_eq!(
+        scoped!(seed(42, devices = []) => rand(3)),
+        TORCH_SEED_42_RAND_3
+    );
+    let n = tch_scope::cuda_device_count();
+    let e = try_scoped!(fork_rng(devices = [n]) => ()).unwrap_err();
+    assert_eq!(e.device(), Some(Device::Cuda(n)));
+    assert_eq!(e.scope(), format!("fork_rng(devices = [{n}])"));
+    assert!(e.reason().contains(&format!("no CUDA device {n}")), "{e}");
+    let e = try_scoped!(seed(1, devices = [0, n]) => ()).unwrap_err();
+    assert_eq!(e.scope(), format!("seed(1, devices = [0, {n}])"));
+    // A failed entry changed nothing.
+    unaffected_by(|| {
+        let _ = try_scoped!(seed(5, devices = [n]) => rand(3));
+    });
+}
+
+#[test]
+fn fork_rng_on_device_0_leaves_the_other_devices_alone() {
+    let _s = serial();
+    if !bundle::cuda_or_skip("fork_rng_on_device_0_leaves_the_other_devices_alone") {
+        return;
+    }
+    let draw = || Tensor::rand([4], (Kind::Float, Device::Cuda(0))).to(Device::Cpu);
+    tch::manual_seed(9);
+    let want = draw();
+    tch::manual_seed(9);
+    let a = scoped!(seed(42, devices = [0]) => draw());
+    assert!(draw().equal(&want), "CUDA stream of device 0 restored");
+    let b = scoped!(seed(42) => draw());
+    assert!(a.equal(&b), "device 0 seeded as by seed(42)");
+    // Device 0 not listed: its stream goes on inside, and is not rewound.
+    tch::manual_seed(9);
+    let first = scoped!(fork_rng(devices = []) => draw());
+    assert!(first.equal(&want), "device 0 not forked: same stream");
+    assert!(!draw().equal(&want), "and not rewound");
 }
 
 // ---- detect_anomaly -----------------------------------------------------------

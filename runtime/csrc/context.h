@@ -12,15 +12,17 @@ extern "C" {
 #endif
 
 // ---- RNG (rng.cpp) -------------------------------------------------------
-// Copies the state of the default CPU generator and of every CUDA device's
-// default generator (when CUDA is the accelerator) into a heap object;
-// `*state` gets it. Restore with tch_scope_rng_restore, free with
-// tch_scope_rng_free.
-int32_t tch_scope_rng_save(void** state);
+// Copies the state of the default CPU generator and of the default
+// generator of the `n` CUDA devices in `devices` (every CUDA device when
+// `n` < 0 and CUDA is the accelerator; a device not present is an error)
+// into a heap object; `*state` gets it. Restore with tch_scope_rng_restore,
+// free with tch_scope_rng_free.
+int32_t tch_scope_rng_save(const int32_t* devices, int32_t n, void** state);
 int32_t tch_scope_rng_restore(const void* state);
 void tch_scope_rng_free(void* state);
-// torch.manual_seed(seed): the CPU generator and every CUDA device's.
-int32_t tch_scope_rng_seed(uint64_t seed);
+// torch.manual_seed(seed) on the CPU generator and those of the CUDA
+// devices chosen as for tch_scope_rng_save.
+int32_t tch_scope_rng_seed(uint64_t seed, const int32_t* devices, int32_t n);
 
 // ---- autocast (autocast.cpp), per thread --------------------------------
 // `device_type` is a c10::DeviceType (0 = CPU, 1 = CUDA), `dtype` a

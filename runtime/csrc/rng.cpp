@@ -32,7 +32,7 @@ struct CpuState {
 
 struct RngState {
   CpuState cpu;
-  std::vector<at::Tensor> cuda;  // index = device
+  std::vector<std::pair<int, at::Tensor>> cuda;  // (device, state)
 };
 
 int cuda_devices() {
@@ -90,11 +90,37 @@ void seed(at::Generator gen, uint64_t s) {
 
 extern "C" {
 
-int32_t tch_scope_rng_save(void** state) {
+}  // extern "C"
+
+namespace {
+
+// The CUDA devices named (`n` >= 0), or all of them (`n` < 0); each named
+// one must exist.
+std::vector<int> devices(const int32_t* list, int32_t n) {
+  int count = cuda_devices();
+  std::vector<int> out;
+  if (n < 0) {
+    for (int i = 0; i < count; ++i) out.push_back(i);
+    return out;
+  }
+  for (int32_t k = 0; k < n; ++k) {
+    TORCH_CHECK(list[k] >= 0 && list[k] < count, "no CUDA device ", list[k], " (", count,
+                count == 1 ? " device" : " devices", " present)");
+    out.push_back(list[k]);
+  }
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+int32_t tch_scope_rng_save(const int32_t* list, int32_t n, void** state) {
   return tch_scope::guarded([&] {
     auto s = std::make_unique<RngState>();
+    auto cuda = devices(list, n);
     get_cpu_state(cpu_generator(), s->cpu);
-    for (int i = 0, n = cuda_devices(); i < n; ++i) s->cuda.push_back(get_state(cuda_generator(i)));
+    for (int i : cuda) s->cuda.emplace_back(i, get_state(cuda_generator(i)));
     *state = s.release();
   });
 }
@@ -103,16 +129,17 @@ int32_t tch_scope_rng_restore(const void* state) {
   return tch_scope::guarded([&] {
     auto* s = static_cast<const RngState*>(state);
     set_cpu_state(cpu_generator(), s->cpu);
-    for (size_t i = 0; i < s->cuda.size(); ++i) set_state(cuda_generator(static_cast<int>(i)), s->cuda[i]);
+    for (const auto& [i, cuda] : s->cuda) set_state(cuda_generator(i), cuda);
   });
 }
 
 void tch_scope_rng_free(void* state) { delete static_cast<RngState*>(state); }
 
-int32_t tch_scope_rng_seed(uint64_t s) {
+int32_t tch_scope_rng_seed(uint64_t s, const int32_t* list, int32_t n) {
   return tch_scope::guarded([&] {
+    auto cuda = devices(list, n);
     seed(at::detail::getDefaultCPUGenerator(), s);
-    for (int i = 0, n = cuda_devices(); i < n; ++i) seed(cuda_generator(i), s);
+    for (int i : cuda) seed(cuda_generator(i), s);
   });
 }
 

@@ -42,8 +42,8 @@
 //! | `eval(model)` | `was = model.training; model.eval()` … `model.train(was)` | [`Mode`] |
 //! | `train(model)` | `was = model.training; model.train()` … `model.train(was)` | [`Mode`] |
 //! | `with(expr)` | `with expr:` | any [`Scope`] |
-//! | `seed(n)` | `fork_rng()` + `torch.manual_seed(n)` | [`Seed`] |
-//! | `fork_rng` | `torch.random.fork_rng()` | [`ForkRng`] |
+//! | `seed(n)`, `seed(n, devices = [0])` | `fork_rng(devices=[0])` + `torch.manual_seed(n)` | [`Seed`], [`ForkDevices`] |
+//! | `fork_rng`, `fork_rng(devices = [0, 1])` | `torch.random.fork_rng(devices=[0, 1])` | [`ForkRng`], [`ForkDevices`] |
 //! | `threads(n)` | `torch.set_num_threads(n)` … restore | [`Threads`] |
 //! | `autocast(cpu, bf16)`, `autocast(cuda, f16, enabled = b, cache = b)` | `torch.autocast("cuda", torch.float16, enabled=b, cache_enabled=b)` | [`Autocast`] |
 //! | `profile("trace.json")` | `torch.profiler.profile()` + `export_chrome_trace` | [`Profile`] |
@@ -146,7 +146,7 @@ pub use scopes::autocast::{
 pub use scopes::checkpoint::{Checkpoint, CheckpointGuard, Metrics, log_metric, metrics};
 pub use scopes::deterministic::{Deterministic, DeterministicGuard, deterministic_mode};
 pub use scopes::profile::{Profile, ProfileGuard, Record, RecordGuard};
-pub use scopes::rng::{ForkRng, RngGuard, Seed};
+pub use scopes::rng::{ForkDevices, ForkRng, RngGuard, Seed};
 pub use scopes::threads::{Threads, ThreadsGuard};
 
 pub use scopes::cudnn::{Cudnn, CudnnFlags, CudnnGuard, cudnn_flags};

@@ -12,6 +12,7 @@ mod device;
 mod distributed;
 mod forms;
 mod measure;
+mod rng;
 
 use crate::word::{Awaits, Conflict, Kind, Param, Word};
 
@@ -33,6 +34,14 @@ const BASE: Word = Word {
     fails: false,
     feature: None,
     examples: &[],
+};
+
+/// `devices = [0, 1]`: the CUDA generators `seed` and `fork_rng` fork.
+const DEVICES: Param = Param {
+    name: "devices",
+    kind: Kind::Expr,
+    position: None,
+    required: false,
 };
 
 const NAME: Param = Param {
@@ -206,21 +215,32 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "seed",
-        usage: "seed(n)",
+        usage: "seed(n, devices = [0])",
         doc: "RNG seeded, restored on exit",
-        params: &[Param::positional("n", 0)],
+        params: &[Param::positional("n", 0), DEVICES],
+        check: rng::check,
         awaits: Awaits::Span,
         fails: true,
-        examples: &["seed(42)"],
+        examples: &[
+            "seed(42)",
+            "seed(n, devices = [0, 1])",
+            "seed(7, devices = [])",
+        ],
         ..BASE
     },
     Word {
         name: "fork_rng",
-        usage: "fork_rng",
+        usage: "fork_rng(devices = [0])",
         doc: "RNG state restored on exit",
+        params: &[DEVICES],
+        check: rng::check,
         awaits: Awaits::Span,
         fails: true,
-        examples: &["fork_rng"],
+        examples: &[
+            "fork_rng",
+            "fork_rng(devices = [0, 1])",
+            "fork_rng(devices = gpus)",
+        ],
         ..BASE
     },
     Word {

@@ -116,6 +116,16 @@ pub fn fork_rng() -> ForkRng {
     ForkRng
 }
 
+#[inline]
+pub fn fork_rng_devices(devices: impl IntoIterator<Item = usize>) -> crate::ForkDevices {
+    ForkRng::devices(devices)
+}
+
+#[inline]
+pub fn seed_devices(n: u64, devices: impl IntoIterator<Item = usize>) -> crate::ForkDevices {
+    Seed(n).devices(devices)
+}
+
 #[inline(always)]
 pub fn threads(n: usize) -> crate::Threads {
     crate::Threads(n)

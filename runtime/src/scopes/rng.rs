@@ -4,7 +4,10 @@
 //! Entering copies the state of the default CPU generator and of every CUDA
 //! device's default generator; leaving puts those states back, so the code
 //! after the scope draws exactly the numbers it would have drawn had the
-//! scope never run. The generators are **process-wide**: another thread
+//! scope never run. `devices = [..]` limits the CUDA generators forked (and
+//! seeded) to those listed, as `fork_rng(devices=[..])` does — PyTorch warns
+//! that forking every device is slow on a machine with many GPUs. The
+//! generators are **process-wide**: another thread
 //! drawing while the scope is open advances the same generators, and its
 //! draws are rewound too when the scope ends.
 
@@ -14,10 +17,10 @@ use std::marker::PhantomData;
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
-    fn tch_scope_rng_save(state: *mut *mut c_void) -> ffi::Status;
+    fn tch_scope_rng_save(devices: *const i32, n: i32, state: *mut *mut c_void) -> ffi::Status;
     fn tch_scope_rng_restore(state: *const c_void) -> ffi::Status;
     fn tch_scope_rng_free(state: *mut c_void);
-    fn tch_scope_rng_seed(seed: u64) -> ffi::Status;
+    fn tch_scope_rng_seed(seed: u64, devices: *const i32, n: i32) -> ffi::Status;
 }
 
 /// `torch.random.fork_rng()`: the generators' states are saved on entry and
@@ -62,10 +65,21 @@ pub struct RngGuard {
     _not_send: PhantomData<*const ()>,
 }
 
-fn save(scope: &'static str) -> Result<RngGuard, ScopeError> {
+/// Which CUDA generators: all (`None`), or those listed.
+type Devices<'a> = Option<&'a [i32]>;
+
+fn raw(devices: Devices<'_>) -> (*const i32, i32) {
+    devices.map_or((std::ptr::null(), -1), |d| {
+        (d.as_ptr(), i32::try_from(d.len()).unwrap_or(i32::MAX))
+    })
+}
+
+fn save(scope: &'static str, devices: Devices<'_>) -> Result<RngGuard, ScopeError> {
     let mut state = std::ptr::null_mut();
-    // SAFETY: `state` is writable; the shim catches C++ exceptions.
-    ffi::check(unsafe { tch_scope_rng_save(&mut state) })
+    let (list, n) = raw(devices);
+    // SAFETY: `n` device indices at `list`; `state` is writable; the shim
+    // catches C++ exceptions.
+    ffi::check(unsafe { tch_scope_rng_save(list, n, &mut state) })
         .map_err(|e| ScopeError::new(scope, None, e))?;
     Ok(RngGuard {
         state,
@@ -79,7 +93,7 @@ impl Scope for ForkRng {
     type Error = ScopeError;
 
     fn enter(&mut self) -> Result<RngGuard, ScopeError> {
-        save("fork_rng")
+        save("fork_rng", None)
     }
 }
 
@@ -88,12 +102,106 @@ impl Scope for Seed {
     type Error = ScopeError;
 
     fn enter(&mut self) -> Result<RngGuard, ScopeError> {
-        let guard = save("seed")?;
-        // On failure `guard` drops here and restores what was saved.
-        // SAFETY: plain value; the shim catches C++ exceptions.
-        ffi::check(unsafe { tch_scope_rng_seed(self.0) })
-            .map_err(|e| ScopeError::new("seed", None, e))?;
-        Ok(guard)
+        seeded("seed", self.0, None)
+    }
+}
+
+fn seeded(scope: &'static str, n: u64, devices: Devices<'_>) -> Result<RngGuard, ScopeError> {
+    let guard = save(scope, devices)?;
+    let (list, len) = raw(devices);
+    // On failure `guard` drops here and restores what was saved.
+    // SAFETY: `len` device indices at `list`; the shim catches C++ exceptions.
+    ffi::check(unsafe { tch_scope_rng_seed(n, list, len) })
+        .map_err(|e| ScopeError::new(scope, None, e))?;
+    Ok(guard)
+}
+
+impl ForkRng {
+    /// `fork_rng(devices=[..])`: the CPU generator and only the listed CUDA
+    /// devices' (none for an empty list). A device that is not there is a
+    /// [`ScopeError`] on entry.
+    ///
+    /// ```
+    /// use tch_scope::{ForkRng, Scope};
+    /// assert!(ForkRng::devices([]).enter().is_ok()); // the CPU generator only
+    /// if tch_scope::cuda_device_count() == 0 {
+    ///     let e = ForkRng::devices([0]).enter().unwrap_err();
+    ///     assert_eq!(e.device(), Some(tch::Device::Cuda(0)));
+    /// }
+    /// ```
+    pub fn devices(devices: impl IntoIterator<Item = usize>) -> ForkDevices {
+        ForkDevices::new(None, devices)
+    }
+}
+
+impl Seed {
+    /// `seed(n, devices = [..])`: forks and seeds the CPU generator and only
+    /// the listed CUDA devices' (see [`ForkRng::devices`]).
+    ///
+    /// ```
+    /// use tch::{Kind, Tensor};
+    /// use tch_scope::{Scope, Seed};
+    /// let draw = || Tensor::rand([2], (Kind::Float, tch::Device::Cpu));
+    /// let a = { let _g = Seed(3).devices([]).enter().unwrap(); draw() };
+    /// let b = { let _g = Seed(3).enter().unwrap(); draw() };
+    /// assert!(a.equal(&b));
+    /// ```
+    pub fn devices(self, devices: impl IntoIterator<Item = usize>) -> ForkDevices {
+        ForkDevices::new(Some(self.0), devices)
+    }
+}
+
+/// `fork_rng` or `seed(n)` over the CPU generator and a chosen list of CUDA
+/// devices: made by [`ForkRng::devices`] and [`Seed::devices`].
+#[derive(Debug, Clone)]
+pub struct ForkDevices {
+    seed: Option<u64>,
+    /// `i32::MAX` stands for an index that does not fit (never present).
+    devices: Vec<i32>,
+}
+
+impl ForkDevices {
+    fn new(seed: Option<u64>, devices: impl IntoIterator<Item = usize>) -> Self {
+        Self {
+            seed,
+            devices: devices
+                .into_iter()
+                .map(|d| i32::try_from(d).unwrap_or(i32::MAX))
+                .collect(),
+        }
+    }
+
+    fn error(&self, e: ScopeError) -> ScopeError {
+        let list: Vec<String> = self.devices.iter().map(ToString::to_string).collect();
+        let list = list.join(", ");
+        let scope = match self.seed {
+            Some(n) => format!("seed({n}, devices = [{list}])"),
+            None => format!("fork_rng(devices = [{list}])"),
+        };
+        // The device named in libtorch's message, if one was missing.
+        let missing = self
+            .devices
+            .iter()
+            .find(|&&d| crate::cuda_device_count() <= usize::try_from(d).unwrap_or(usize::MAX));
+        let device = missing.map(|&d| tch::Device::Cuda(usize::try_from(d).unwrap_or(0)));
+        ScopeError::new(scope, device, e.reason().to_owned())
+    }
+}
+
+impl Scope for ForkDevices {
+    type Guard = RngGuard;
+    type Error = ScopeError;
+
+    /// # Errors
+    /// A listed CUDA device is not present, or libtorch refused a
+    /// generator's state.
+    fn enter(&mut self) -> Result<RngGuard, ScopeError> {
+        let devices = Some(&self.devices[..]);
+        match self.seed {
+            Some(n) => seeded("seed", n, devices),
+            None => save("fork_rng", devices),
+        }
+        .map_err(|e| self.error(e))
     }
 }
 
