@@ -8,7 +8,8 @@
 #     0.24 (the tch of libtorch 2.11), shared with `make test-oldest`.
 #  2. The test binaries holding CUDA paths, in release: gpu (tests/gpu.rs),
 #     integration (device, timing's sync, distributed incl. NCCL, linkage),
-#     memory (gpu_memory_scope), process_wide (seed on CUDA generators).
+#     memory (gpu_memory_scope), process_wide (seed on CUDA generators),
+#     backends (matmul precision, cuDNN and SDPA flags, against PyTorch).
 #     Later CUDA test binaries go into `bins` below.
 #  3. Stripped, packed with what the tests read at run time (tests/data,
 #     tests/dist_peer.py: found through TCH_SCOPE_TESTS_DIR, which
@@ -20,7 +21,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cargo=${CARGO:-cargo}
 say() { printf 'gpu-bundle: %s\n' "$*" >&2; }
 max_mib=48
-bins=(gpu integration memory process_wide)
+bins=(gpu integration memory process_wide backends)
 out="$repo/target/gpu-bundle.tar.xz"
 stage="$repo/target/gpu-bundle"
 

@@ -338,3 +338,198 @@ fn nccl_two_ranks_on_one_gpu() {
         ),
     ]);
 }
+
+// ---- streams, events, timed(events) ------------------------------------------------
+
+/// `stream(s)` makes `s` current on its device (and the device current),
+/// every exit puts both back; work queued inside runs on `s`, and another
+/// stream that `wait_stream`s for it sees the result.
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
+fn stream_scope_sets_and_restores_the_current_stream() {
+    if !cuda_or_skip("stream_scope_sets_and_restores_the_current_stream") {
+        return;
+    }
+    use tch_scope::cuda::Stream;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let before = Stream::current(0).unwrap();
+    assert_eq!(before, Stream::default_stream(0).unwrap());
+    let side = Stream::from_pool(0, false).unwrap();
+    let high = Stream::from_pool(0, true).unwrap();
+    assert_ne!(side, before);
+    assert_ne!(high, side);
+    assert_eq!(side.device(), Device::Cuda(0));
+    let a = Tensor::ones([2048, 2048], (Kind::Float, Device::Cuda(0)));
+    let (inside, dev, y) = scoped!(stream(side) => {
+        (Stream::current(0).unwrap(), current_cuda_device(), a.matmul(&a))
+    });
+    assert_eq!(inside, side);
+    assert_eq!(dev, Some(0));
+    assert_eq!(Stream::current(0).unwrap(), before, "restored at the end");
+    before.wait_stream(&side).unwrap();
+    let sum = y.sum(Kind::Double).double_value(&[]);
+    assert!((sum - 2048.0 * 2048.0 * 2048.0).abs() < 1.0, "{sum}");
+    // Every exit: `?`, panic; nested.
+    let r: Result<(), String> = (|| {
+        scoped!(stream(&side) => {
+            scoped!(stream(high) => assert_eq!(Stream::current(0).unwrap(), high));
+            assert_eq!(Stream::current(0).unwrap(), side);
+            Err("early".to_owned())?;
+        });
+        Ok(())
+    })();
+    assert!(r.is_err());
+    let p = std::panic::catch_unwind(|| scoped!(stream(side) => panic!("inside")));
+    assert!(p.is_err());
+    assert_eq!(Stream::current(0).unwrap(), before);
+    side.synchronize().unwrap();
+    assert!(side.query().unwrap());
+}
+
+/// Two events time the kernels between them; `elapsed` waits for the end
+/// event only. Against a synchronised wall clock around the same work.
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
+fn events_time_the_kernels_between_them() {
+    if !cuda_or_skip("events_time_the_kernels_between_them") {
+        return;
+    }
+    use tch_scope::cuda::{Event, Stream};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let a = Tensor::ones([8192, 8192], (Kind::Float, Device::Cuda(0)));
+    matmuls(&a);
+    let s = Stream::current(0).unwrap();
+    s.synchronize().unwrap();
+    let (mut start, mut end) = (Event::new().unwrap(), Event::new().unwrap());
+    let wall = Instant::now();
+    start.record(&s).unwrap();
+    matmuls(&a);
+    end.record(&s).unwrap();
+    let launched = wall.elapsed();
+    let gpu = start.elapsed(&end).unwrap();
+    let synced = wall.elapsed();
+    assert!(end.query().unwrap());
+    assert!(gpu > launched, "events {gpu:?} vs launches {launched:?}");
+    assert!(gpu <= synced, "events {gpu:?} vs wall {synced:?}");
+    figure(&[
+        ("test", "events".into()),
+        ("launch_ms", ms(launched)),
+        ("event_ms", ms(gpu)),
+        ("wall_ms", ms(synced)),
+    ]);
+}
+
+/// `timed(events)`: the run is read when the report is, and it covers the
+/// kernels (like `sync`), with no synchronise at exit (like no sync).
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
+fn timed_events_reads_the_kernel_time_when_the_report_is_read() {
+    if !cuda_or_skip("timed_events_reads_the_kernel_time_when_the_report_is_read") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let a = Tensor::ones([8192, 8192], (Kind::Float, Device::Cuda(0)));
+    matmuls(&a);
+    tch::Cuda::synchronize(0);
+    let exit = Instant::now();
+    scoped!(device(0), timed("gpu::events", events) => matmuls(&a));
+    let at_exit = exit.elapsed();
+    scoped!(device(0), timed("gpu::sync", sync) => matmuls(&a));
+    let r = tch_scope::report();
+    let events = r.timing("gpu::events").cloned().unwrap();
+    let synced = r.timing("gpu::sync").cloned().unwrap();
+    assert_eq!(events.count, 1);
+    assert!(
+        events.total > at_exit,
+        "{:?} vs exit after {at_exit:?}",
+        events.total
+    );
+    let ratio = events.total.as_secs_f64() / synced.total.as_secs_f64();
+    assert!(
+        (0.5..1.5).contains(&ratio),
+        "events {events:?} vs sync {synced:?}"
+    );
+    figure(&[
+        ("test", "timed_events".into()),
+        ("exit_ms", ms(at_exit)),
+        ("events_ms", ms(events.total)),
+        ("sync_ms", ms(synced.total)),
+    ]);
+}
+
+// ---- precision and kernel choice --------------------------------------------------
+
+/// `tf32(true)` / `matmul_precision("high")` let cuBLAS use TF32: a float32
+/// matmul moves away from the float64 result by far more than with
+/// `tf32(false)`.
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
+fn tf32_changes_what_a_cuda_matmul_computes() {
+    if !cuda_or_skip("tf32_changes_what_a_cuda_matmul_computes") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    tch::manual_seed(0);
+    let a = Tensor::rand([1024, 1024], (Kind::Float, Device::Cuda(0)));
+    let exact = a.to_kind(Kind::Double).matmul(&a.to_kind(Kind::Double));
+    let err = |t: Tensor| {
+        (t.to_kind(Kind::Double) - &exact)
+            .abs()
+            .max()
+            .double_value(&[])
+    };
+    let ieee = scoped!(tf32(false) => err(a.matmul(&a)));
+    let tf32 = scoped!(tf32(true) => err(a.matmul(&a)));
+    let high = scoped!(matmul_precision("high") => err(a.matmul(&a)));
+    assert!(tf32 > 10.0 * ieee, "tf32 {tf32} vs ieee {ieee}");
+    assert!(high > 10.0 * ieee, "high {high} vs ieee {ieee}");
+    assert!(!tch_scope::allow_tf32());
+    figure(&[
+        ("test", "tf32".into()),
+        ("ieee_max_err", format!("{ieee:.3e}")),
+        ("tf32_max_err", format!("{tf32:.3e}")),
+    ]);
+}
+
+/// Each CUDA attention backend alone gives the math backend's output (f16,
+/// within f16 rounding), and `cudnn(benchmark)` leaves a convolution's
+/// result as it was.
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
+fn sdpa_backends_agree_on_cuda() {
+    if !cuda_or_skip("sdpa_backends_agree_on_cuda") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    tch::manual_seed(0);
+    let r = || Tensor::rand([2, 8, 128, 64], (Kind::Half, Device::Cuda(0)));
+    let (q, k, v) = (r(), r(), r());
+    let attend = || {
+        Tensor::f_scaled_dot_product_attention(&q, &k, &v, None::<&Tensor>, 0.0, true, None, false)
+    };
+    let math = scoped!(sdpa(math) => attend()).unwrap();
+    let diff = |t: &Tensor| (t - &math).abs().max().double_value(&[]);
+    let flash = scoped!(sdpa(flash) => attend()).unwrap();
+    let efficient = scoped!(sdpa(mem_efficient) => attend()).unwrap();
+    assert!(diff(&flash) < 1e-2, "flash {}", diff(&flash));
+    assert!(
+        diff(&efficient) < 1e-2,
+        "mem_efficient {}",
+        diff(&efficient)
+    );
+    let x = Tensor::rand([4, 16, 64, 64], (Kind::Float, Device::Cuda(0)));
+    let w = Tensor::rand([32, 16, 3, 3], (Kind::Float, Device::Cuda(0)));
+    let conv = || x.conv2d(&w, None::<&Tensor>, [1, 1], [1, 1], [1, 1], 1);
+    let plain = scoped!(cudnn(allow_tf32 = false) => conv());
+    let tuned = scoped!(cudnn(benchmark, deterministic, allow_tf32 = false) => conv());
+    assert!((&plain - &tuned).abs().max().double_value(&[]) < 1e-3);
+    assert!(!tch_scope::cudnn_flags().benchmark);
+    figure(&[
+        ("test", "sdpa".into()),
+        ("flash_max_diff", format!("{:.3e}", diff(&flash))),
+        (
+            "mem_efficient_max_diff",
+            format!("{:.3e}", diff(&efficient)),
+        ),
+    ]);
+}

@@ -84,6 +84,43 @@ fn sync_without_cuda_is_a_plain_timer() {
     assert_eq!(r.timing("timing::nosync").unwrap().count, 1);
 }
 
+/// `timed(events)` on the CPU: a wall-clock timer, recorded at once.
+#[test]
+fn events_on_the_cpu_time_by_the_wall_clock() {
+    let v = scoped!(timed("timing::events", events) => {
+        step(2);
+        44
+    });
+    assert_eq!(v, 44);
+    let t = report::report().timing("timing::events").cloned().unwrap();
+    assert_eq!(t.count, 1);
+    assert!(t.total >= Duration::from_millis(2), "{t:?}");
+}
+
+/// Without CUDA, streams and events cannot be made: a ScopeError that says
+/// why, naming the device.
+#[test]
+fn streams_and_events_without_cuda_are_scope_errors() {
+    use tch_scope::cuda::{Event, Stream};
+    if tch_scope::cuda_device_count() > 0 {
+        return; // tests/gpu.rs covers them
+    }
+    for e in [
+        Stream::from_pool(0, false).unwrap_err(),
+        Stream::current(0).unwrap_err(),
+        Stream::default_stream(1).unwrap_err(),
+    ] {
+        assert!(e.device().is_some(), "{e}");
+        assert!(e.reason().contains("CUDA is not available"), "{e}");
+        assert!(
+            e.to_string().starts_with("cannot enter `cuda::Stream::"),
+            "{e}"
+        );
+    }
+    let e = Event::new().unwrap_err();
+    assert!(e.reason().contains("CUDA is not available"), "{e}");
+}
+
 #[test]
 fn callback_and_serde_and_table() {
     use std::sync::{Arc, Mutex};

@@ -12,7 +12,7 @@
 //! `with`, `timed`, `memory_scope`, `gpu_memory_scope`, `distributed`,
 //! `seed`, `fork_rng`, `threads`, `autocast`, `profile`, `record`,
 //! `checkpoint`, `detect_anomaly`, `deterministic`, `matmul_precision`,
-//! `tf32`, `cudnn`, `sdpa` — are the rows of the
+//! `tf32`, `cudnn`, `sdpa`, `stream` — are the rows of the
 //! table in `words/`; a test checks this list, the attributes below and the
 //! READMEs against it. Every attribute also takes `crate = "path"`, the
 //! runtime's path when the dependency is renamed.
@@ -256,4 +256,12 @@ pub fn cudnn(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn sdpa(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("sdpa"), args.into(), item.into()).into()
+}
+
+/// Runs every call on a CUDA stream (`tch_scope::cuda::Stream`), like
+/// `with torch.cuda.stream(s):`: `#[stream(side)]` where `side` is in
+/// scope at the function (a static, or an argument).
+#[proc_macro_attribute]
+pub fn stream(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("stream"), args.into(), item.into()).into()
 }

@@ -86,5 +86,8 @@ void tch_scope_fault_inject(const char* op, int32_t times);
 // Precision and kernel choice: matmul precision, cuDNN, SDPA (backends.h).
 #include "backends.h"
 
+// CUDA streams and events (stream.h).
+#include "stream.h"
+
 // c10d process groups for the `distributed` scope (distributed.cpp).
 #include "distributed.h"

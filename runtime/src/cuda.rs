@@ -1,7 +1,17 @@
-//! CUDA through the shim (`csrc/device.cpp`, `csrc/memory.cpp`): the device
+//! CUDA streams and events: [`Stream`] (the `stream(s)` scope) and
+//! [`Event`]. Without a CUDA device every call returns a
+//! [`ScopeError`](crate::ScopeError) saying so.
+//!
+//! (Inside the crate, this module is CUDA through the shim: the device
 //! count, the thread's current device, synchronisation, the caching
-//! allocator's statistics, and the one check every CUDA scope makes first.
-//! `device`, `timed` and the memory scopes all go through here.
+//! allocator's statistics and the one check every CUDA scope makes first;
+//! `device`, `timed` and the memory scopes go through here.)
+
+mod event;
+mod stream;
+
+pub use event::Event;
+pub use stream::{Stream, StreamGuard};
 
 use std::sync::OnceLock;
 

@@ -55,6 +55,7 @@
 //! | `tf32(flag)` | `torch.backends.cuda.matmul.allow_tf32 = flag` … restore | [`Tf32`] |
 //! | `cudnn(benchmark = true, ..)` | `torch.backends.cudnn.flags(benchmark=True, ..)` | [`Cudnn`] |
 //! | `sdpa(math, flash)` | `torch.nn.attention.sdpa_kernel([SDPBackend.MATH, ..])` | [`Sdpa`] |
+//! | `stream(s)` | `torch.cuda.stream(s)` | [`cuda::Stream`] |
 //! | `timed`, `timed("name")`, `timed(name = "…", sync)` | a `time.perf_counter()` timer | [`Timed`] |
 //! | `memory_scope`, `memory_scope("name")` | a resident-memory reporter | [`HostMemory`] |
 //! | `gpu_memory_scope(device = 0, empty_cache = false)` | `torch.cuda.memory_allocated()` / `max_memory_allocated()` reporter | [`GpuMemory`] |
@@ -101,7 +102,7 @@
 #![cfg_attr(not(feature = "distributed"), allow(rustdoc::broken_intra_doc_links))]
 #![warn(missing_docs)]
 
-mod cuda;
+pub mod cuda;
 mod durable;
 mod error;
 mod exit;
@@ -161,7 +162,7 @@ pub use tch_scope_macros::scoped as scope;
 pub use tch_scope_macros::{
     autocast, checkpoint, detect_anomaly, deterministic, fork_rng, profile, record, seed, threads,
 };
-pub use tch_scope_macros::{cudnn, matmul_precision, sdpa, tf32};
+pub use tch_scope_macros::{cudnn, matmul_precision, sdpa, stream, tf32};
 pub use tch_scope_macros::{device, enable_grad, eval, grad, inference_mode, no_grad, train, with};
 pub use tch_scope_macros::{gpu_memory_scope, memory_scope, timed};
 

@@ -4,6 +4,7 @@
 
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
 
 use super::forms::{self, Values};
 use crate::ast::Item;
@@ -27,9 +28,20 @@ pub(crate) fn timed(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStrea
     let span = item.name.span();
     let private = cx.private(span);
     let name = name(word, item, &values, cx);
-    let sync = match forms::value(word, &values, "sync") {
-        Some(flag) => quote_spanned!(span=> #private::sync_flag(#flag)),
-        None => quote_spanned!(span=> #private::SyncMode::Auto),
+    let sync = match (
+        forms::value(word, &values, "sync"),
+        forms::value(word, &values, "events"),
+    ) {
+        (Some(_), Some(events)) => {
+            return Err(syn::Error::new(
+                events.span(),
+                "`sync` and `events` are two ways to time CUDA work (a device-wide \
+                 synchronise, or CUDA events on the current stream); keep one",
+            ));
+        }
+        (Some(flag), None) => quote_spanned!(span=> #private::sync_flag(#flag)),
+        (None, Some(flag)) => quote_spanned!(span=> #private::events_flag(#flag)),
+        (None, None) => quote_spanned!(span=> #private::SyncMode::Auto),
     };
     Ok(quote_spanned!(span=> #private::timed(
         {

@@ -147,8 +147,8 @@ pub(crate) const WORDS: &[Word] = &[
     Word {
         name: "timed",
         usage: "timed(\"name\", sync)",
-        doc: "wall time",
-        params: &[NAME, Param::flag("sync")],
+        doc: "wall time, or CUDA time by `sync` or `events`",
+        params: &[NAME, Param::flag("sync"), Param::flag("events")],
         check: measure::timed,
         awaits: Awaits::Span,
         measures: true,
@@ -157,6 +157,8 @@ pub(crate) const WORDS: &[Word] = &[
             "timed(\"fwd\")",
             "timed(\"fwd\", sync)",
             "timed(name = \"n\", sync = flag)",
+            "timed(events)",
+            "timed(\"gpu\", events = on)",
         ],
         ..BASE
     },
@@ -378,6 +380,15 @@ pub(crate) const WORDS: &[Word] = &[
             "cudnn(enabled = false)",
             "cudnn(benchmark = b, deterministic = true, allow_tf32 = false)",
         ],
+        ..BASE
+    },
+    Word {
+        name: "stream",
+        usage: "stream(s)",
+        doc: "a CUDA stream current, `tch_scope::cuda::Stream`",
+        params: &[Param::positional("stream", 0)],
+        fails: true,
+        examples: &["stream(s)", "stream(&side) if overlap"],
         ..BASE
     },
     Word {

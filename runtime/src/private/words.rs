@@ -88,6 +88,11 @@ pub fn timed(site: &'static Site, sync: SyncMode) -> crate::Timed {
 }
 
 #[inline(always)]
+pub fn events_flag(on: bool) -> SyncMode {
+    if on { SyncMode::Events } else { SyncMode::Auto }
+}
+
+#[inline(always)]
 pub fn sync_flag(on: bool) -> SyncMode {
     if on {
         SyncMode::Always
@@ -217,4 +222,10 @@ pub fn cudnn(
 #[inline(always)]
 pub fn sdpa<const N: usize>(backends: [SdpaBackend; N]) -> crate::Sdpa {
     crate::Sdpa::only(backends)
+}
+
+/// `stream(s)`: a `Stream` or a reference to one.
+#[inline(always)]
+pub fn stream(s: impl std::borrow::Borrow<crate::cuda::Stream>) -> crate::cuda::Stream {
+    *s.borrow()
 }

@@ -6,6 +6,7 @@
 //! on; (c) the callback set with [`set_callback`], if any. Nothing prints by
 //! default.
 
+pub(crate) mod events;
 mod histogram;
 mod memory;
 mod registry;
@@ -249,6 +250,7 @@ pub(crate) fn record_memory(r: &MemoryReport) {
 /// println!("{r}"); // a table
 /// ```
 pub fn report() -> Report {
+    events::resolve_all();
     let timings =
         registry::time_totals()
             .into_iter()

@@ -9,6 +9,14 @@
 //! were recorded on and need the CUDA runtime headers; a device-wide
 //! synchronize is what `torch.cuda.synchronize()`-based Python timers do.
 //! On the CPU the two calls are skipped.
+//!
+//! `timed(events)` ([`SyncMode::Events`]) times by a pair of CUDA events
+//! on the current stream instead: nothing waits at entry or exit, and the
+//! run is read (waiting for the second event only) when
+//! [`report()`](crate::report()) is read, or earlier when a later
+//! `timed(events)` run ends and finds it done. It measures the GPU work
+//! queued on that stream between entry and exit (kernels queued on other
+//! streams are not billed); on a CPU device it is a wall-clock timer.
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
@@ -17,7 +25,7 @@ use std::time::{Duration, Instant};
 use tch::Device;
 
 use crate::Scope;
-use crate::cuda;
+use crate::cuda::{self, Event, Stream};
 use crate::report::{self, Measurement, Outcome, Site};
 
 /// When a [`Timed`] scope synchronises the device.
@@ -30,6 +38,10 @@ pub enum SyncMode {
     Always,
     /// Never: measures launches on CUDA.
     Never,
+    /// A pair of CUDA events on the current stream when the current device
+    /// is CUDA, read later without a device-wide synchronise; wall time on
+    /// the CPU.
+    Events,
 }
 
 /// The `timed` scope.
@@ -85,7 +97,7 @@ impl Timed {
 
     fn sync_device(&self) -> Option<usize> {
         match (self.sync, crate::current_device()) {
-            (SyncMode::Never, _) => None,
+            (SyncMode::Never | SyncMode::Events, _) => None,
             (_, Device::Cuda(i)) => Some(i),
             (SyncMode::Auto, _) => None,
             (SyncMode::Always, _) => crate::current_cuda_device(),
@@ -100,6 +112,8 @@ pub struct TimedGuard {
     site: &'static Site,
     start: Instant,
     sync: Option<i32>,
+    /// `timed(events)` on CUDA: the device and the event recorded at entry.
+    events: Option<(usize, Event)>,
     failed: bool,
     _not_send: PhantomData<*const ()>,
 }
@@ -124,10 +138,15 @@ impl Scope for Timed {
                 })
                 .ok()
         });
+        let events = match (self.sync, crate::current_device()) {
+            (SyncMode::Events, Device::Cuda(i)) => start_event(self.site, i),
+            _ => None,
+        };
         Ok(TimedGuard {
             site: self.site,
             start: Instant::now(),
             sync,
+            events,
             failed: false,
             _not_send: PhantomData,
         })
@@ -161,9 +180,53 @@ impl TimedGuard {
     }
 }
 
+/// An event recorded on `device`'s current stream; `None` (and a wall
+/// clock) where CUDA refuses, said to the exit hook.
+fn start_event(site: &Site, device: usize) -> Option<(usize, Event)> {
+    let record = || -> Result<Event, crate::ScopeError> {
+        let mut e = Event::new()?;
+        e.record(&Stream::current(device)?)?;
+        Ok(e)
+    };
+    record()
+        .map_err(|e| {
+            crate::exit::report(
+                format!("timed({:?}, events)", site.name()),
+                format_args!("timing by the wall clock instead: {e}"),
+            );
+        })
+        .ok()
+        .map(|e| (device, e))
+}
+
+impl TimedGuard {
+    /// Records the end event and queues the pair; on failure, falls back
+    /// to the wall time of this run.
+    fn finish_events(&mut self, device: usize, start: Event) -> Result<(), crate::ScopeError> {
+        let mut end = Event::new()?;
+        end.record(&Stream::current(device)?)?;
+        report::events::push(report::events::Pending {
+            site: self.site,
+            start,
+            end,
+            outcome: Outcome::at_exit(self.failed),
+        });
+        Ok(())
+    }
+}
+
 impl Drop for TimedGuard {
     #[inline]
     fn drop(&mut self) {
+        if let Some((device, start)) = self.events.take() {
+            match self.finish_events(device, start) {
+                Ok(()) => return,
+                Err(e) => crate::exit::report(
+                    format!("timed({:?}, events)", self.site.name()),
+                    format_args!("recording the wall time instead: {e}"),
+                ),
+            }
+        }
         if let Some(d) = self.sync {
             // Never panic in Drop: a failed sync still records the time.
             let _ = cuda::synchronize(d);
