@@ -118,6 +118,42 @@ fn others(c: &mut Criterion) {
         b.iter(|| scoped!(deterministic => black_box(1)));
     });
     g.finish();
+
+    backends(c);
+}
+
+/// Precision and kernel choice, and `inference_mode(false)` inside an
+/// outer `inference_mode`.
+fn backends(c: &mut Criterion) {
+    let mut g = c.benchmark_group("matmul_precision");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(matmul_precision("high") => black_box(1)));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("tf32");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(tf32(true) => black_box(1)));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("cudnn");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(cudnn(benchmark, deterministic) => black_box(1)));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("sdpa");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(sdpa(math) => black_box(1)));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("inference_mode_false");
+    g.bench_function("tch_scope", |b| {
+        scoped!(inference_mode => b.iter(|| scoped!(inference_mode(false) => black_box(1))));
+    });
+    g.finish();
 }
 
 /// `eval(model)`, `train(model)` and `no_grad, eval(model)` on the tests'

@@ -31,6 +31,11 @@ WORDS = [
     ("eval", "`eval(model)` ⁴", "`was = m.training; m.eval()` … `m.train(was)`", "`set_eval()` … `set_train()` ⁵"),
     ("train", "`train(model)` ⁴", "`was = m.training; m.train()` … `m.train(was)`", "`set_train()` … `set_train()` ⁵"),
     ("no_grad_eval", "`no_grad, eval(model)` ⁴", "`torch.no_grad()` + the eval helper", "`no_grad_guard()` + `set_eval()` … `set_train()` ⁵"),
+    ("matmul_precision", '`matmul_precision("high")`', "`set_float32_matmul_precision` save/set/restore", ""),
+    ("tf32", "`tf32(true)`", "`backends.cuda.matmul.allow_tf32` save/set/restore", ""),
+    ("cudnn", "`cudnn(benchmark, deterministic)`", "`torch.backends.cudnn.flags(...)`", ""),
+    ("sdpa", "`sdpa(math)`", "`sdpa_kernel([SDPBackend.MATH])`", ""),
+    ("inference_mode_false", "`inference_mode(false)` inside `inference_mode`", "`torch.inference_mode(False)` inside `inference_mode()`", ""),
 ]
 # Issue 8's absolute targets, ns.
 ABS_TARGET = {"no_grad": 10.0, "inference_mode": 15.0}

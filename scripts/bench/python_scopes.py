@@ -88,6 +88,35 @@ class Seed:
         return self.fork.__exit__(*exc)
 
 
+class MatmulPrecision:
+    """`matmul_precision(p)`: PyTorch has a setter, not a context manager."""
+
+    def __init__(self, p):
+        self.p = p
+
+    def __enter__(self):
+        self.was = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(self.p)
+
+    def __exit__(self, *exc):
+        torch.set_float32_matmul_precision(self.was)
+
+
+class Tf32:
+    """`tf32(flag)`: an attribute of torch.backends.cuda.matmul."""
+
+    def __init__(self, flag):
+        self.flag = flag
+
+    def __enter__(self):
+        m = torch.backends.cuda.matmul
+        self.was = m.allow_tf32
+        m.allow_tf32 = self.flag
+
+    def __exit__(self, *exc):
+        torch.backends.cuda.matmul.allow_tf32 = self.was
+
+
 def main():
     out = pathlib.Path(sys.argv[1])
     warnings.simplefilter("ignore")  # detect_anomaly warns on every entry
@@ -101,6 +130,10 @@ def main():
         "TrainMode": TrainMode,
         "Deterministic": Deterministic,
         "Seed": Seed,
+        "MatmulPrecision": MatmulPrecision,
+        "Tf32": Tf32,
+        "SDPBackend": torch.nn.attention.SDPBackend,
+        "sdpa_kernel": torch.nn.attention.sdpa_kernel,
     }
     cases = {
         "no_grad": "torch.no_grad()",
@@ -118,14 +151,23 @@ def main():
         "eval": "EvalMode(model)",
         "train": "TrainMode(model)",
         "no_grad_eval": "torch.no_grad(), EvalMode(model)",
+        "matmul_precision": 'MatmulPrecision("high")',
+        "tf32": "Tf32(True)",
+        "cudnn": "torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=True)",
+        "sdpa": "sdpa_kernel([SDPBackend.MATH])",
+        "inference_mode_false": "torch.inference_mode(False)",
     }
     results = {}
     for word, cm in cases.items():
-        t = timeit.Timer(f"with {cm}:\n    pass", globals=env)
+        stmt = f"with {cm}:\n    pass"
+        if word == "inference_mode_false":  # inside an outer inference_mode
+            stmt = f"with torch.inference_mode():\n  for _ in range(100):\n    with {cm}:\n      pass"
+        t = timeit.Timer(stmt, globals=env)
         n, _ = t.autorange()
         n = max(n // 2, 1)  # ~0.1 s per repeat
         runs = sorted(t.repeat(repeat=7, number=n))
-        results[word] = runs[len(runs) // 2] / n * 1e9
+        per = 100 if word == "inference_mode_false" else 1
+        results[word] = runs[len(runs) // 2] / n / per * 1e9
         print(f"  python {word:<16} {results[word]:10.1f} ns", file=sys.stderr)
     results["_meta"] = {
         "torch": torch.__version__,

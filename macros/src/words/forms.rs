@@ -115,9 +115,15 @@ pub(crate) fn options(word: &Word, item: &Item) -> syn::Result<Values> {
         let (index, value, span) = match arg {
             Arg::Named(key, value) => {
                 let Some(i) = params.iter().position(|p| key == p.name) else {
+                    let key = key.to_string();
+                    let near = params
+                        .iter()
+                        .find(|p| strsim::levenshtein(&key, p.name) <= 2)
+                        .map(|p| format!(" (did you mean `{}`?)", p.name))
+                        .unwrap_or_default();
                     fail(
-                        key.span(),
-                        format!("`{name}` has no argument `{key}`: write `{usage}`"),
+                        arg_span(arg),
+                        format!("`{name}` has no argument `{key}`{near}: write `{usage}`"),
                     );
                     continue;
                 };
@@ -166,10 +172,11 @@ pub(crate) fn options(word: &Word, item: &Item) -> syn::Result<Values> {
     for (p, v) in params.iter().zip(&out) {
         if p.required && v.is_none() {
             let span = item.args.as_ref().map_or(item.name.span(), |a| a.span);
-            fail(
-                span,
-                format!("`{name}` needs `{} = …`: write `{usage}`", p.name),
-            );
+            let what = match p.position {
+                Some(_) => format!("its `{}` argument", p.name),
+                None => format!("`{} = …`", p.name),
+            };
+            fail(span, format!("`{name}` needs {what}: write `{usage}`"));
         }
     }
     errors.finish()?;

@@ -217,8 +217,8 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "seed",
-        usage: "seed(n, devices = [0])",
-        doc: "RNG seeded, restored on exit",
+        usage: "seed(n)",
+        doc: "RNG seeded, restored on exit; `devices = [..]`: only those CUDA generators",
         params: &[Param::positional("n", 0), DEVICES],
         check: rng::check,
         awaits: Awaits::Span,
@@ -232,8 +232,8 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "fork_rng",
-        usage: "fork_rng(devices = [0])",
-        doc: "RNG state restored on exit",
+        usage: "fork_rng(devices = [..])",
+        doc: "RNG state restored on exit; bare: every generator",
         params: &[DEVICES],
         check: rng::check,
         awaits: Awaits::Span,
