@@ -84,3 +84,36 @@ pub async fn grad_outside() -> bool {
     tokio::task::yield_now().await;
     ts::is_grad_enabled()
 }
+
+/// The math attention backend only, with tuned cuDNN convolutions and
+/// float32 matmuls at `"high"`: precision and kernel choice behind a
+/// foreign error type (`cudnn` and `matmul_precision` can fail, and
+/// `io::Error` cannot hold a `ScopeError`: a failure would panic).
+///
+/// # Errors
+/// None of its own.
+#[ts::scope(
+    sdpa(math),
+    cudnn(benchmark, allow_tf32 = false),
+    matmul_precision("high"),
+    crate = "ts"
+)]
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor) -> std::io::Result<Tensor> {
+    debug_assert_eq!(ts::sdpa_backends(), [ts::SdpaBackend::Math]);
+    Ok(Tensor::scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        None::<&Tensor>,
+        0.0,
+        false,
+        None,
+        false,
+    ))
+}
+
+/// Draws under `seed(7)`, forking only the CPU generator.
+#[ts::seed(7, devices = [], crate = "ts")]
+pub fn seeded_draw() -> Tensor {
+    Tensor::rand([3], (Kind::Float, Device::Cpu))
+}

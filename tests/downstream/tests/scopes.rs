@@ -128,3 +128,14 @@ fn scoped_blocks_under_the_renamed_crate() {
         assert_eq!(r.unwrap(), 2);
     }
 }
+
+#[test]
+fn precision_and_kernel_words_under_the_renamed_crate() {
+    let q = Tensor::rand([1, 2, 4, 8], (Kind::Float, Device::Cpu));
+    let out = downstream::attention(&q, &q, &q).unwrap();
+    assert_eq!(out.size(), [1, 2, 4, 8]);
+    assert_eq!(ts::sdpa_backends(), ts::SdpaBackend::ALL);
+    assert!(!ts::cudnn_flags().benchmark);
+    assert_eq!(ts::matmul_precision(), "highest");
+    assert!(downstream::seeded_draw().equal(&downstream::seeded_draw()));
+}
