@@ -49,6 +49,7 @@ fn main() {
         .file("csrc/memory.cpp")
         .files(["csrc/rng.cpp", "csrc/autocast.cpp", "csrc/profile.cpp"])
         .file("csrc/global_modes.cpp")
+        .file("csrc/deadline.cpp")
         .file("csrc/cuda_link.cpp");
     let nccl = if env::var_os("CARGO_FEATURE_DISTRIBUTED").is_some() {
         distributed::configure(&mut build, &include, &lib)

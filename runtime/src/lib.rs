@@ -143,6 +143,8 @@ pub use scopes::rng::{ForkRng, RngGuard, Seed};
 pub use scopes::threads::{Threads, ThreadsGuard};
 pub use stack::ScopeStack;
 
+pub use scopes::deadline::{Deadline, DeadlineGuard};
+
 pub use tch_scope_macros::distributed;
 pub use tch_scope_macros::scoped as scope;
 pub use tch_scope_macros::{
