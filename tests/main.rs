@@ -17,3 +17,5 @@ mod threads;
 mod timing;
 mod train_eval;
 mod util;
+mod deadline;
+mod outcome;

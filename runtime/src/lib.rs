@@ -55,6 +55,7 @@
 //! | `memory_scope`, `memory_scope("name")` | a resident-memory reporter | [`HostMemory`] |
 //! | `gpu_memory_scope(device = 0, empty_cache = false)` | `torch.cuda.memory_allocated()` / `max_memory_allocated()` reporter | [`GpuMemory`] |
 //! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` (feature `distributed`) | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
+//! | `deadline(Duration::from_millis(100))` | a `SIGALRM` handler raising `TimeoutError` | [`Deadline`] |
 //!
 //! `seed`, `fork_rng`, `threads`, `detect_anomaly` and `deterministic` change
 //! process-wide libtorch state (every thread sees it); [`ScopeStack`] enters
@@ -103,6 +104,7 @@ mod exit;
 mod ffi;
 mod future;
 mod memory;
+mod outcome;
 pub mod report;
 mod scope;
 mod scopes;
@@ -143,6 +145,7 @@ pub use scopes::rng::{ForkRng, RngGuard, Seed};
 pub use scopes::threads::{Threads, ThreadsGuard};
 pub use stack::ScopeStack;
 
+pub use outcome::Outcome;
 pub use scopes::deadline::{Deadline, DeadlineGuard};
 
 pub use tch_scope_macros::distributed;
@@ -152,6 +155,8 @@ pub use tch_scope_macros::{
 };
 pub use tch_scope_macros::{device, enable_grad, eval, grad, inference_mode, no_grad, train, with};
 pub use tch_scope_macros::{gpu_memory_scope, memory_scope, timed};
+
+pub use tch_scope_macros::deadline;
 
 /// Runs a block inside a list of scopes: `scoped!(SCOPES => BODY)`.
 ///

@@ -7,6 +7,7 @@
 mod autocast;
 mod borrowed;
 mod checkpoint;
+mod deadline;
 mod device;
 mod distributed;
 mod forms;
@@ -28,6 +29,7 @@ const BASE: Word = Word {
     repeat: false,
     awaits: Awaits::PerPoll,
     measures: false,
+    catches: false,
     fails: false,
     feature: None,
     examples: &[],
@@ -129,6 +131,7 @@ pub(crate) const WORDS: &[Word] = &[
         params: &[Param::positional("scope", 0)],
         check: borrowed::with,
         repeat: true,
+        measures: true,
         fails: true,
         examples: &["with(s)"],
         ..BASE
@@ -305,6 +308,22 @@ pub(crate) const WORDS: &[Word] = &[
             "deterministic",
             "deterministic(warn_only)",
             "deterministic(warn_only = w)",
+        ],
+        ..BASE
+    },
+    Word {
+        name: "deadline",
+        usage: "deadline(Duration::from_millis(100))",
+        doc: "operators fail once the time is up",
+        params: &[Param::positional("duration", 0)],
+        check: deadline::check,
+        measures: true,
+        catches: true,
+        fails: true,
+        examples: &[
+            "deadline(Duration::from_millis(100))",
+            "deadline(budget)",
+            "deadline(d) if serving",
         ],
         ..BASE
     },

@@ -170,3 +170,8 @@ pub fn detect_anomaly(check_nan: bool) -> DetectAnomaly {
 pub fn deterministic(warn_only: bool) -> Deterministic {
     Deterministic::new().warn_only(warn_only)
 }
+
+#[inline]
+pub fn deadline(budget: std::time::Duration) -> crate::Deadline {
+    crate::Deadline::new(budget)
+}

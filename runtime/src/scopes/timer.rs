@@ -108,6 +108,14 @@ impl Scope for Timed {
     type Guard = TimedGuard;
     type Error = Infallible;
 
+    /// An `Err` the expansion saw is recorded as a failed run.
+    #[inline(always)]
+    fn exit(guard: &mut Self::Guard, outcome: Outcome) {
+        if outcome == Outcome::Failed {
+            guard.mark_failed();
+        }
+    }
+
     /// Never fails: a timer does not stop the work it measures. A CUDA
     /// synchronisation that fails at entry goes to the exit hook and the
     /// run is timed without it.
@@ -169,7 +177,7 @@ impl Drop for TimedGuard {
             let _ = cuda::synchronize(d);
         }
         let elapsed = self.start.elapsed();
-        let outcome = Outcome::at_exit(self.failed);
+        let outcome = Outcome::at_exit_or(if self.failed { Outcome::Failed } else { Outcome::Completed });
         let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         report::record_time(self.site, ns, outcome);
         report::publish(|| Measurement::Time {
