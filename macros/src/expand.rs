@@ -106,7 +106,8 @@ fn seen(cx: &Cx, value: &Ident) -> TokenStream {
 }
 
 fn outcome(cx: &Cx, name: &str) -> TokenStream {
-    let (private, name) = (cx.private(Span::call_site()), local(name));
+    let private = cx.private(Span::call_site());
+    let name = Ident::new(name, Span::call_site());
     quote!(#private::Outcome::#name)
 }
 

@@ -180,6 +180,8 @@ pub fn record(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Saves a `tch::nn::VarStore` crash-safely when every call returns (or
 /// panics): `#[checkpoint(vs, "model.ot")]`, with `resume` to load it first.
+/// A training checkpoint, not `torch.utils.checkpoint`: it does not
+/// recompute activations in the backward pass.
 #[proc_macro_attribute]
 pub fn checkpoint(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("checkpoint"), args.into(), item.into()).into()

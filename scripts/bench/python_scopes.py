@@ -10,6 +10,7 @@ Run with the bootstrap's venv python (torch 2.13).
 
 import json
 import pathlib
+import signal
 import sys
 import time
 import timeit
@@ -88,6 +89,26 @@ class Seed:
         return self.fork.__exit__(*exc)
 
 
+class Alarm:
+    """`robust_inference(model, timeout=...)`'s timeout: a SIGALRM handler
+    raising TimeoutError, set on entry and cancelled and restored on exit
+    (main thread only; it cannot interrupt a C++ kernel)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def _raise(self, *_):
+        raise TimeoutError(f"timed out after {self.seconds} s")
+
+    def __enter__(self):
+        self.old = signal.signal(signal.SIGALRM, self._raise)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.old)
+
+
 def main():
     out = pathlib.Path(sys.argv[1])
     warnings.simplefilter("ignore")  # detect_anomaly warns on every entry
@@ -101,6 +122,7 @@ def main():
         "TrainMode": TrainMode,
         "Deterministic": Deterministic,
         "Seed": Seed,
+        "Alarm": Alarm,
     }
     cases = {
         "no_grad": "torch.no_grad()",
@@ -118,6 +140,7 @@ def main():
         "eval": "EvalMode(model)",
         "train": "TrainMode(model)",
         "no_grad_eval": "torch.no_grad(), EvalMode(model)",
+        "deadline": "Alarm(3600)",
     }
     results = {}
     for word, cm in cases.items():
