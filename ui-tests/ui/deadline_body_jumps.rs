@@ -2,10 +2,8 @@
 // error): `return`, `break` and `continue` out of it are refused.
 use tch_scope::scoped;
 
-const SECOND: std::time::Duration = std::time::Duration::from_secs(1);
-
 fn early(stop: bool) -> i32 {
-    scoped!(no_grad, deadline(SECOND) => {
+    scoped!(no_grad, deadline(std::time::Duration::from_secs(1)) => {
         if stop {
             return 1;
         }
@@ -15,7 +13,7 @@ fn early(stop: bool) -> i32 {
 
 fn in_loop() {
     for i in 0..3 {
-        let _ = tch_scope::try_scoped!(deadline(SECOND) => {
+        let _ = tch_scope::try_scoped!(deadline(std::time::Duration::from_secs(1)) => {
             if i == 1 {
                 continue;
             }
