@@ -64,7 +64,10 @@ fn operators_before_the_deadline_run_and_the_first_after_it_fails() {
         b.relu()
     });
     let msg = message(&r.unwrap_err());
-    assert!(msg.starts_with("deadline of 50 ms exceeded after "), "{msg}");
+    assert!(
+        msg.starts_with("deadline of 50 ms exceeded after "),
+        "{msg}"
+    );
     assert!(msg.ends_with(" at aten::relu"), "{msg}");
     let after: u64 = msg["deadline of 50 ms exceeded after ".len()..]
         .split(' ')
@@ -86,12 +89,15 @@ fn f_methods_and_panicking_methods_end_with_the_same_error() {
     let r = try_scoped!(deadline(Duration::ZERO) => a.mm(&a));
     assert!(message(&r.unwrap_err()).ends_with(" at aten::mm"));
     // `scoped!` panics with the error's message.
-    let p = catch_unwind(AssertUnwindSafe(|| {
-        scoped!(deadline(Duration::ZERO) => a.mm(&a))
-    }))
+    let p = catch_unwind(AssertUnwindSafe(
+        || scoped!(deadline(Duration::ZERO) => a.mm(&a)),
+    ))
     .unwrap_err();
     let text = panic_text(&*p);
-    assert!(text.starts_with("deadline of 0 us exceeded after "), "{text}");
+    assert!(
+        text.starts_with("deadline of 0 us exceeded after "),
+        "{text}"
+    );
     assert!(text.ends_with(" at aten::mm"), "{text}");
 }
 

@@ -91,9 +91,9 @@ fn return_question_mark_and_break_out_of_a_block_complete() {
 #[test]
 fn a_panic_is_heard_by_every_scope_innermost_first() {
     heard();
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        scoped!(with(Probe("outer")), no_grad, with(Probe("inner")) => panic!("boom"))
-    }));
+    let r = catch_unwind(AssertUnwindSafe(
+        || scoped!(with(Probe("outer")), no_grad, with(Probe("inner")) => panic!("boom")),
+    ));
     assert!(r.is_err());
     assert_eq!(
         heard(),
@@ -174,7 +174,11 @@ fn a_condition_and_a_chain_pass_the_outcome_on() {
     }
     assert_eq!(
         heard(),
-        vec![("b", Outcome::Failed), ("a", Outcome::Failed), ("if", Outcome::Failed)]
+        vec![
+            ("b", Outcome::Failed),
+            ("a", Outcome::Failed),
+            ("if", Outcome::Failed)
+        ]
     );
 }
 
@@ -188,7 +192,10 @@ fn a_stack_tells_its_scopes_and_callbacks_innermost_first() {
     drop(stack);
     assert_eq!(
         heard(),
-        vec![("callback", Outcome::Completed), ("scope", Outcome::Completed)]
+        vec![
+            ("callback", Outcome::Completed),
+            ("scope", Outcome::Completed)
+        ]
     );
     assert_eq!(state(), fresh());
 

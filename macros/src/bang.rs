@@ -129,7 +129,10 @@ fn parse_scoped(input: ParseStream, cx: &Cx, flavor: Flavor) -> syn::Result<(Vec
         }
     } else if let Some(word) = scopes.iter().find(|s| s.word.catches) {
         for (span, keyword) in body::escapes(&expr) {
-            errors.push(syn::Error::new(span, catch_message(name, word.word.name, keyword)));
+            errors.push(syn::Error::new(
+                span,
+                catch_message(name, word.word.name, keyword),
+            ));
         }
     }
     errors.finish()?;

@@ -39,7 +39,13 @@ impl fmt::Display for Message<'_> {
         if e.ended {
             f.write_str(&e.reason)
         } else {
-            write!(f, "cannot enter `{}`{}: {}", e.scope, OnDevice(e.device), e.reason)
+            write!(
+                f,
+                "cannot enter `{}`{}: {}",
+                e.scope,
+                OnDevice(e.device),
+                e.reason
+            )
         }
     }
 }

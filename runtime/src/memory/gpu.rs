@@ -163,7 +163,11 @@ impl GpuMemoryGuard {
             peak: peak.max(at_exit),
             reserved,
             peak_is_scoped: true,
-            outcome: Outcome::at_exit_or(if self.failed { Outcome::Failed } else { Outcome::Completed }),
+            outcome: Outcome::at_exit_or(if self.failed {
+                Outcome::Failed
+            } else {
+                Outcome::Completed
+            }),
         };
         finish(r.clone());
         Some(r)

@@ -132,7 +132,11 @@ impl HostMemoryGuard {
             peak: peak.max(at_exit),
             reserved: None,
             peak_is_scoped: t.scoped,
-            outcome: Outcome::at_exit_or(if self.failed { Outcome::Failed } else { Outcome::Completed }),
+            outcome: Outcome::at_exit_or(if self.failed {
+                Outcome::Failed
+            } else {
+                Outcome::Completed
+            }),
         };
         finish(r.clone());
         Some(r)

@@ -47,8 +47,11 @@ struct Saved {
 }
 
 unsafe extern "C" {
-    fn tch_scope_deadline_enter(budget_ns: i64, start_ns: *mut i64, saved: *mut Saved)
-    -> ffi::Status;
+    fn tch_scope_deadline_enter(
+        budget_ns: i64,
+        start_ns: *mut i64,
+        saved: *mut Saved,
+    ) -> ffi::Status;
     fn tch_scope_deadline_exit(saved: *const Saved);
     fn tch_scope_deadline_trips(trip_at: *mut i64) -> u64;
     fn tch_scope_deadline_trip_message() -> *const std::ffi::c_char;

@@ -177,7 +177,11 @@ impl Drop for TimedGuard {
             let _ = cuda::synchronize(d);
         }
         let elapsed = self.start.elapsed();
-        let outcome = Outcome::at_exit_or(if self.failed { Outcome::Failed } else { Outcome::Completed });
+        let outcome = Outcome::at_exit_or(if self.failed {
+            Outcome::Failed
+        } else {
+            Outcome::Completed
+        });
         let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         report::record_time(self.site, ns, outcome);
         report::publish(|| Measurement::Time {
