@@ -266,3 +266,28 @@ fn a_future_keeps_the_deadline_of_its_first_poll_and_leaks_it_to_no_other_task()
     assert!(e.contains("deadline of 30 ms exceeded after"), "{e}");
     libtorch_is_usable(&want);
 }
+
+#[deadline(budget)]
+fn early_return(budget: Duration, x: &Tensor, stop: bool) -> Result<Tensor, ServeError> {
+    if stop {
+        return Ok(x.shallow_clone());
+    }
+    Ok(x.f_relu()?)
+}
+
+#[test]
+fn every_way_out_of_an_attributed_deadline_closes_it() {
+    let want = product();
+    let x = square();
+    // `return` before any operator: the deadline passed but refused nothing.
+    assert!(early_return(Duration::ZERO, &x, true).is_ok());
+    libtorch_is_usable(&want);
+    // The tail, `?` and a panic, each followed by a free operator.
+    assert!(early_return(LONG, &x, false).is_ok());
+    libtorch_is_usable(&want);
+    assert!(early_return(Duration::ZERO, &x, false).is_err());
+    libtorch_is_usable(&want);
+    assert!(catch_unwind(|| forward(Duration::ZERO, &x)).is_err());
+    libtorch_is_usable(&want);
+    assert_eq!(state(), fresh());
+}
