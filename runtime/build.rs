@@ -51,6 +51,7 @@ fn main() {
         .file("csrc/global_modes.cpp")
         .file("csrc/backends.cpp")
         .file("csrc/stream.cpp")
+        .file("csrc/deadline.cpp")
         .file("csrc/cuda_link.cpp");
     let nccl = if env::var_os("CARGO_FEATURE_DISTRIBUTED").is_some() {
         distributed::configure(&mut build, &include, &lib)

@@ -7,12 +7,14 @@ mod attributes;
 #[allow(dead_code, reason = "each test binary uses a part of it")]
 mod bundle;
 mod context;
+mod deadline;
 mod device;
 mod distributed;
 mod entry_errors;
 mod exits;
 mod grad;
 mod linkage;
+mod outcome;
 mod threads;
 mod timing;
 mod train_eval;

@@ -17,12 +17,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tch::{Device, Kind};
 use tch_scope::{
     AutocastDevice, EnableGrad, NoGrad, Scope, ScopeStack, autocast_dtype, current_device,
-    is_grad_enabled, is_inference_mode_enabled, scoped,
+    is_grad_enabled, is_inference_mode_enabled, scoped, try_scoped,
 };
 
 const THREADS: usize = 8;
@@ -106,6 +106,11 @@ impl Expect {
 #[track_caller]
 fn check(want: &Expect) {
     assert_eq!(&Expect::now(), want);
+}
+
+/// A small tensor for the deadline cases.
+fn tiny() -> tch::Tensor {
+    tch::Tensor::zeros([2], (Kind::Float, Device::Cpu))
 }
 
 /// A panic payload of our own, so the hook stays quiet about it.
@@ -192,7 +197,7 @@ impl Walk {
         SYNC.entered.fetch_add(1, Ordering::Relaxed);
         let d = depth + 1;
         let w = *want;
-        match self.rng.below(14) {
+        match self.rng.below(16) {
             0 => scoped!(no_grad => self.body(d, &Expect { grad: false, ..w })?),
             1 => scoped!(enable_grad => self.body(d, &Expect { grad: true, ..w })?),
             2 => {
@@ -250,6 +255,23 @@ impl Walk {
                         }
                     });
                 }
+            }
+            14 => {
+                // A deadline that never passes refuses nothing, and lets
+                // panics and early exits of its body through as they were.
+                let r = try_scoped!(deadline(Duration::from_secs(3600)) => {
+                    assert!(tiny().f_relu().is_ok());
+                    self.body(d, &w)
+                });
+                r.expect("the deadline never passes")?;
+            }
+            15 => {
+                // One that has passed refuses the body's operator, whatever
+                // the deadlines around it; once left, operators run again.
+                let r = try_scoped!(deadline(Duration::ZERO) => tiny().f_relu().is_ok());
+                assert!(r.is_err_and(|e| e.is_ended()));
+                assert!(tiny().f_relu().is_ok());
+                self.body(d, &w)?;
             }
             _ => {
                 // A scope entered and left within a single statement.

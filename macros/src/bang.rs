@@ -127,6 +127,13 @@ fn parse_scoped(input: ParseStream, cx: &Cx, flavor: Flavor) -> syn::Result<(Vec
         for (span, keyword) in body::escapes(&expr) {
             errors.push(syn::Error::new(span, escape_message(name, keyword)));
         }
+    } else if let Some(word) = scopes.iter().find(|s| s.word.catches) {
+        for (span, keyword) in body::escapes(&expr) {
+            errors.push(syn::Error::new(
+                span,
+                catch_message(name, word.word.name, keyword),
+            ));
+        }
     }
     errors.finish()?;
     Ok((scopes, (expr, tokens)))
@@ -160,5 +167,14 @@ fn escape_message(name: &str, keyword: &str) -> String {
          so the scopes can be re-entered on every poll, and `{keyword}` would leave only that \
          future. Put the scope on the async fn instead (`#[no_grad] async fn ...`), or move \
          the `{keyword}` out of the scoped body"
+    )
+}
+
+fn catch_message(name: &str, word: &str, keyword: &str) -> String {
+    format!(
+        "`{keyword}` inside a `{name}` body with `{word}`: the body runs as a closure so that \
+         `{word}` can end it with its error, and `{keyword}` would leave only that closure. \
+         Return a value from the body and act on it after the `{name}`, or put the scope on \
+         a function instead (`#[{word}(..)] fn ...`)"
     )
 }

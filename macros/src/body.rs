@@ -52,8 +52,9 @@ fn tokens_await(tokens: TokenStream) -> bool {
     false
 }
 
-/// `return`, `break` and `continue` that would leave an awaiting body: that
-/// body runs as its own future, so they would leave only that future.
+/// `return`, `break` and `continue` that would leave an awaiting body (or
+/// a `deadline`'s): that body runs as its own future (closure), so they
+/// would leave only that.
 pub(crate) fn escapes(body: &Expr) -> Vec<(Span, &'static str)> {
     let mut finder = EscapeFinder::default();
     finder.visit_expr(body);

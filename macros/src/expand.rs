@@ -83,32 +83,111 @@ fn chain<'a>(cx: &Cx, scopes: impl DoubleEndedIterator<Item = &'a Scope>) -> Tok
     })
 }
 
+/// `g.saw(outcome);` for each guard, innermost first.
+fn saw(guards: impl DoubleEndedIterator<Item = Ident>, outcome: &TokenStream) -> TokenStream {
+    let mut guards = guards.rev().peekable();
+    if guards.peek().is_none() {
+        return TokenStream::new();
+    }
+    let o = local("__tch_scope_outcome");
+    quote!(let #o = #outcome; #(#guards.saw(#o);)*)
+}
+
+/// The outcome of the function body's value `value`, whose type is
+/// written (so the autoref below resolves): `Failed` for an `Err`. A
+/// block's value is not looked at: its type may be known only from the
+/// context (`collect()`), or it may diverge.
+fn seen(cx: &Cx, value: &Ident) -> TokenStream {
+    let private = cx.private(Span::call_site());
+    quote!({
+        use #private::{SeenAny as _, SeenResult as _};
+        (&#private::Seen(&#value)).outcome()
+    })
+}
+
+fn outcome(cx: &Cx, name: &str) -> TokenStream {
+    let private = cx.private(Span::call_site());
+    let name = Ident::new(name, Span::call_site());
+    quote!(#private::Outcome::#name)
+}
+
+/// The list's `deadline` guard, whose body runs as a closure.
+fn catching(scopes: &[Scope]) -> Option<Ident> {
+    scopes.iter().position(|s| s.word.catches).map(guard)
+}
+
+/// The body, or with a `deadline` in the list the body as a closure under
+/// `catching`, whose error goes to `on_err` (`__tch_scope_err`).
+fn body_value(
+    cx: &Cx,
+    scopes: &[Scope],
+    body: &TokenStream,
+    ok: impl Fn(&TokenStream) -> TokenStream,
+    on_err: &TokenStream,
+) -> TokenStream {
+    let Some(deadline) = catching(scopes) else {
+        return ok(body);
+    };
+    let (value, err) = (local("__tch_scope_value"), local("__tch_scope_err"));
+    let private = cx.private(Span::call_site());
+    let ok = ok(&quote!(#value));
+    quote! {
+        match #private::catching(&#deadline, || #body) {
+            ::core::result::Result::Ok(#value) => #ok,
+            ::core::result::Result::Err(#err) => #on_err,
+        }
+    }
+}
+
 /// Flat guards in a block: no closure, so `?`, `return`, `break` and
-/// `continue` in the body act on the enclosing fn or loop.
+/// `continue` in the body act on the enclosing fn or loop (but with a
+/// `deadline`, whose body is a closure, they are compile errors).
 pub(crate) fn flat(cx: &Cx, scopes: &[Scope], body: &TokenStream) -> TokenStream {
     let lets = scopes.iter().enumerate().map(|(i, scope)| {
         let (g, value, private) = (guard(i), scope_value(cx, scope), cx.private(scope.span));
         quote_spanned!(scope.span=> let #g = #private::enter_or_panic(#value);)
     });
-    let body = quiet(body);
-    quote!({ #(#lets)* #body })
+    let private = cx.private(Span::call_site());
+    let err = local("__tch_scope_err");
+    // A panic needs no mark: the exits hear `Panicked`.
+    let value = body_value(
+        cx,
+        scopes,
+        &quiet(body),
+        Clone::clone,
+        &quote!(#private::panic_scope_error(#err)),
+    );
+    quote!({ #(#lets)* #value })
 }
 
 /// Nested matches rather than a labeled block: an unlabeled `break` in the
 /// body (for a loop around the macro) would be E0695 in a labeled block.
+/// The scopes entered before one that fails, or before a `deadline` that
+/// ends the body, hear `Failed`: the block's value is that `Err`.
 pub(crate) fn try_flat(cx: &Cx, scopes: &[Scope], body: &TokenStream) -> TokenStream {
     let err = local("__tch_scope_err");
-    let body = quiet(body);
-    let inner = quote!(::core::result::Result::Ok(#body));
+    let failed = outcome(cx, "Failed");
+    let marked = catching(scopes).is_some();
+    let all = saw((0..scopes.len()).map(guard), &failed);
+    let inner = body_value(
+        cx,
+        scopes,
+        &quiet(body),
+        |v| quote!(::core::result::Result::Ok(#v)),
+        &quote!({ #all ::core::result::Result::Err(#err) }),
+    );
+    let n = scopes.len();
     scopes
         .iter()
         .enumerate()
         .rev()
         .fold(inner, |inner, (i, scope)| {
             let (g, value, private) = (guard(i), scope_value(cx, scope), cx.private(scope.span));
+            let g = if marked || i + 1 < n { quote!(mut #g) } else { quote!(#g) };
+            let outer = saw((0..i).map(guard), &failed);
             quote_spanned! {scope.span=>
                 match #private::try_enter(#value) {
-                    ::core::result::Result::Err(#err) => ::core::result::Result::Err(#err),
+                    ::core::result::Result::Err(#err) => { #outer ::core::result::Result::Err(#err) }
                     ::core::result::Result::Ok(#g) => #inner,
                 }
             }
@@ -227,55 +306,75 @@ pub(crate) fn fn_body(
             },
         );
     }
-    // Measuring words (`timed`, the memory scopes) record an `Err` as a
-    // failed run: the body runs as a closure so its value can be seen.
-    // Not where a closure would change meaning: `impl Trait` in the type
-    // (no annotation to give the closure), `unsafe fn`, `#[track_caller]`.
-    let marked = |scope: &Scope| scope.word.measures;
-    let result = named.filter(|_| {
-        !matches!(sig.safety, syn::Safety::Unsafe(_)) && !track_caller && scopes.iter().any(marked)
-    });
+    // Words that look at the outcome (`with`, `timed`, the memory scopes)
+    // see an `Err` as a failed run, and `deadline` catches the unwind it
+    // causes: the body runs as a closure so its value can be seen. Not
+    // where a closure would change meaning: `impl Trait` in the type (no
+    // annotation to give the closure), `unsafe fn`, `#[track_caller]`.
+    let closure_ok = !matches!(sig.safety, syn::Safety::Unsafe(_)) && !track_caller;
+    let deadline = catching(scopes).filter(|_| closure_ok);
+    let ty = match &sig.output {
+        ReturnType::Default => Some(quote!(())),
+        ReturnType::Type(_, ty) if contains_impl(ty) => None,
+        ReturnType::Type(_, ty) => Some(quote!(#ty)),
+    };
+    let result = match deadline {
+        Some(_) => ty,
+        None => named
+            .filter(|_| closure_ok && scopes.iter().any(|s| s.word.measures))
+            .map(ToTokens::into_token_stream),
+    };
     let entered = local("__tch_scope_entered");
+    let failed = outcome(cx, "Failed");
+    let (n, closure) = (scopes.len(), result.is_some());
     let lets = scopes.iter().enumerate().map(|(i, scope)| {
         let (g, value, private) = (guard(i), scope_value(cx, scope), cx.private(scope.span));
-        let g = match result {
-            Some(_) if marked(scope) => quote!(mut #g),
-            _ => quote!(#g),
-        };
+        // Marked by a later scope's failed entry, or after the closure.
+        let mark = closure || (named.is_some() && i + 1 < n);
+        let g = if mark { quote!(mut #g) } else { quote!(#g) };
         if named.is_some() {
+            let outer = saw((0..i).map(guard), &failed);
             quote_spanned! {scope.span=>
                 let #g = match #private::enter(#value) {
                     ::core::result::Result::Ok(#entered) => #entered,
-                    ::core::result::Result::Err(#err) => #on_err,
+                    ::core::result::Result::Err(#err) => { #outer #on_err }
                 };
             }
         } else {
             quote_spanned!(scope.span=> let #g = #private::enter_or_panic(#value);)
         }
     });
+    let guards = || (0..scopes.len()).map(guard);
     let Some(ty) = result else {
+        // Any way out of a function's body but a panic is its return, and
+        // an exit that no one marked hears `Completed`.
         return braced(outer, quote!(#(#lets)* #block));
     };
-    let ret = local("__tch_scope_ret");
     // A closure body can't hold inner attributes (`#![allow(..)]`): they
     // move to the function's body, where they were meant to apply.
     let (inner_attrs, block) = split_inner_attrs(&block);
-    let marks = scopes
-        .iter()
-        .enumerate()
-        .filter(|(_, scope)| marked(scope))
-        .map(|(i, _)| {
-            let g = guard(i);
-            quote!(#private::mark_failed(&#ret, &mut #g);)
-        });
+    let value = local("__tch_scope_value");
+    let marks = saw(guards(), &seen(cx, &value));
+    let call = match deadline {
+        Some(deadline) => {
+            let failed = saw(guards(), &failed);
+            quote! {
+                match #private::catching(&#deadline, move || -> #ty #block) {
+                    ::core::result::Result::Ok(#value) => #value,
+                    ::core::result::Result::Err(#err) => { #failed #on_err }
+                }
+            }
+        }
+        None => quote!(#private::call(move || -> #ty #block)),
+    };
     braced(
         outer,
         quote! {
             #inner_attrs
             #(#lets)*
-            let #ret: #ty = #private::call(move || #block);
-            #(#marks)*
-            #ret
+            match #call {
+                #value => { #marks #value }
+            }
         },
     )
 }

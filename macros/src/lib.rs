@@ -12,7 +12,7 @@
 //! `with`, `timed`, `memory_scope`, `gpu_memory_scope`, `distributed`,
 //! `seed`, `fork_rng`, `threads`, `autocast`, `profile`, `record`,
 //! `checkpoint`, `detect_anomaly`, `deterministic`, `matmul_precision`,
-//! `tf32`, `cudnn`, `sdpa`, `stream` — are the rows of the
+//! `tf32`, `cudnn`, `sdpa`, `stream`, `deadline` — are the rows of the
 //! table in `words/`; a test checks this list, the attributes below and the
 //! READMEs against it. Every attribute also takes `crate = "path"`, the
 //! runtime's path when the dependency is renamed.
@@ -181,6 +181,8 @@ pub fn record(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Saves a `tch::nn::VarStore` crash-safely when every call returns (or
 /// panics): `#[checkpoint(vs, "model.ot")]`, with `resume` to load it first.
+/// A training checkpoint, not `torch.utils.checkpoint`: it does not
+/// recompute activations in the backward pass.
 #[proc_macro_attribute]
 pub fn checkpoint(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("checkpoint"), args.into(), item.into()).into()
@@ -198,6 +200,17 @@ pub fn detect_anomaly(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn deterministic(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("deterministic"), args.into(), item.into()).into()
+}
+
+/// Gives every call a time budget: once it has passed, the next libtorch
+/// operator the thread calls fails, and the call ends with the deadline's
+/// `ScopeError` ("deadline of 100 ms exceeded after 103 ms at aten::mm"):
+/// returned as `Err(E::from(e))` by a function returning `Result<_, E>`
+/// with `E: From<ScopeError>`, a panic with that message otherwise.
+/// `#[deadline(Duration::from_millis(100))]`.
+#[proc_macro_attribute]
+pub fn deadline(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("deadline"), args.into(), item.into()).into()
 }
 
 /// Runs the function inside a list of scopes, outermost first:

@@ -13,7 +13,7 @@ use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
 use tch_scope::scoped;
 
-const VARIANTS: [&str; 3] = ["grad", "no_grad", "inference_mode"];
+const VARIANTS: [&str; 4] = ["grad", "no_grad", "inference_mode", "deadline"];
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -42,6 +42,9 @@ fn forward(variant: &str, model: &impl Module, x: &Tensor) -> Tensor {
         "grad" => model.forward(x),
         "no_grad" => scoped!(no_grad => model.forward(x)),
         "inference_mode" => scoped!(inference_mode => model.forward(x)),
+        // Grad tracking with every operator checked against a deadline
+        // that never comes: the check's cost, to compare with "grad".
+        "deadline" => scoped!(deadline(std::time::Duration::from_secs(3600)) => model.forward(x)),
         other => panic!("unknown variant {other}"),
     }
 }

@@ -208,5 +208,28 @@ fn modes(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, grad, others, modes);
+/// `deadline`: enter + leave (its body runs under `catch_unwind`), and what
+/// it adds to each operator inside it (a small op, where the per-operator
+/// check shows most).
+fn deadline(c: &mut Criterion) {
+    use std::time::Duration;
+    use tch::{Device, Kind, Tensor};
+    use tch_scope::{Deadline, Scope};
+    const LONG: Duration = Duration::from_secs(3600);
+    let mut g = c.benchmark_group("deadline");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(deadline(LONG) => black_box(1)));
+    });
+    g.finish();
+
+    let x = Tensor::ones([4], (Kind::Float, Device::Cpu));
+    let mut g = c.benchmark_group("deadline_op");
+    g.bench_function("tch", |b| b.iter(|| black_box(&x).relu()));
+    let guard = Deadline::new(LONG).enter().expect("deadline");
+    g.bench_function("tch_scope", |b| b.iter(|| black_box(&x).relu()));
+    drop(guard);
+    g.finish();
+}
+
+criterion_group!(benches, grad, others, modes, deadline);
 criterion_main!(benches);

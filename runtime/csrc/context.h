@@ -1,7 +1,7 @@
 // C ABI of the shim's process-wide and thread-local context scopes: RNG
 // state (rng.cpp), autocast (autocast.cpp), the profiler and named ranges
 // (profile.cpp), anomaly detection and deterministic algorithms
-// (global_modes.cpp). Included by shim.h; calls returning a status catch
+// (global_modes.cpp), deadlines (deadline.cpp). Included by shim.h; calls returning a status catch
 // every C++ exception (0 = ok, message in tch_scope_last_error()).
 #pragma once
 #include <stdbool.h>
@@ -59,6 +59,28 @@ void tch_scope_anomaly_get(bool* enabled, bool* check_nan);
 void tch_scope_anomaly_set(bool enabled, bool check_nan);
 void tch_scope_deterministic_get(bool* enabled, bool* warn_only);
 int32_t tch_scope_deterministic_set(bool enabled, bool warn_only);
+
+// ---- deadline (deadline.cpp), per thread ---------------------------------
+typedef struct {
+  int64_t at;
+  int64_t budget;
+  int64_t start;
+  uint64_t trips;
+  int64_t effective_at;
+  bool included;
+} tch_scope_deadline_saved;
+// Opens a deadline `budget_ns` after `*start_ns` (steady clock; 0 = now,
+// written back so that a future's later polls keep the same deadline).
+// The earliest open deadline of the thread applies: from then on, every
+// operator the thread calls throws "deadline of .. exceeded after .. at op".
+int32_t tch_scope_deadline_enter(int64_t budget_ns, int64_t* start_ns,
+                                 tch_scope_deadline_saved* saved);
+void tch_scope_deadline_exit(const tch_scope_deadline_saved* saved);
+// How many operators have failed on a deadline on this thread; `*trip_at`
+// gets the deadline the last one passed.
+uint64_t tch_scope_deadline_trips(int64_t* trip_at);
+// The message of the last one ("" if none); valid until the next.
+const char* tch_scope_deadline_trip_message(void);
 
 #ifdef __cplusplus
 }

@@ -19,11 +19,35 @@ use std::fmt;
 /// assert_eq!(e.scope(), "device(3)");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot enter `{scope}`{on}: {reason}", on = OnDevice(*device))]
+#[error("{}", Message(self))]
 pub struct ScopeError {
     scope: Cow<'static, str>,
     device: Option<tch::Device>,
     reason: String,
+    /// Entered, then ended by a failure of its own (a deadline that passed).
+    ended: bool,
+}
+
+/// "cannot enter `scope` on dev: reason", or the reason alone for a scope
+/// that ended in failure (it says what happened: "deadline of 100 ms
+/// exceeded after 103 ms at aten::mm").
+struct Message<'a>(&'a ScopeError);
+
+impl fmt::Display for Message<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = self.0;
+        if e.ended {
+            f.write_str(&e.reason)
+        } else {
+            write!(
+                f,
+                "cannot enter `{}`{}: {}",
+                e.scope,
+                OnDevice(e.device),
+                e.reason
+            )
+        }
+    }
 }
 
 impl ScopeError {
@@ -43,7 +67,38 @@ impl ScopeError {
             scope: scope.into(),
             device,
             reason: reason.into(),
+            ended: false,
         }
+    }
+
+    /// An error for a scope that was entered and then ended the body by a
+    /// failure of its own — a `deadline` that passed. Its message is the
+    /// `reason` alone, which says what happened.
+    ///
+    /// ```
+    /// let e = tch_scope::ScopeError::ended("deadline(100 ms)", None, "deadline of 100 ms exceeded after 103 ms at aten::mm");
+    /// assert_eq!(e.to_string(), "deadline of 100 ms exceeded after 103 ms at aten::mm");
+    /// assert!(e.is_ended());
+    /// ```
+    pub fn ended(
+        scope: impl Into<Cow<'static, str>>,
+        device: Option<tch::Device>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self {
+            ended: true,
+            ..Self::new(scope, device, reason)
+        }
+    }
+
+    /// Whether the scope was entered and then ended the body itself
+    /// ([`ended`](Self::ended)), rather than failing to enter.
+    ///
+    /// ```
+    /// assert!(!tch_scope::ScopeError::new("device(3)", None, "no CUDA").is_ended());
+    /// ```
+    pub fn is_ended(&self) -> bool {
+        self.ended
     }
 
     /// The scope that failed, as written (`"device(3)"`, `"inference_mode"`).

@@ -5,7 +5,8 @@
 //! exit — end of block, `return`, `?`, `break`, panic — restores the state
 //! exactly; nested scopes unwind in reverse order; async code re-enters its
 //! per-thread scopes on every poll and holds the others (a timer, a seed, a
-//! checkpoint) for the whole future.
+//! checkpoint — the `VarStore` saved on exit, not `torch.utils.checkpoint`'s
+//! activation recomputation) for the whole future.
 //!
 //! ```
 //! use tch::{Device, Kind, Tensor};
@@ -48,7 +49,7 @@
 //! | `autocast(cpu, bf16)`, `autocast(cuda, f16, enabled = b, cache = b)` | `torch.autocast("cuda", torch.float16, enabled=b, cache_enabled=b)` | [`Autocast`] |
 //! | `profile("trace.json")` | `torch.profiler.profile()` + `export_chrome_trace` | [`Profile`] |
 //! | `record("name")` | `torch.profiler.record_function("name")` | [`Record`] |
-//! | `checkpoint(vs, "model.ot", resume)` | save on exit (try/finally) | [`Checkpoint`] |
+//! | `checkpoint(vs, "model.ot", resume)` | save on exit (try/finally); not `torch.utils.checkpoint` (no activation recomputation) | [`Checkpoint`] |
 //! | `detect_anomaly`, `detect_anomaly(check_nan = false)` | `torch.autograd.detect_anomaly()` | [`DetectAnomaly`] |
 //! | `deterministic`, `deterministic(warn_only)` | `torch.use_deterministic_algorithms(True)` | [`Deterministic`] |
 //! | `matmul_precision("high")` | `torch.set_float32_matmul_precision("high")` … restore | [`MatmulPrecision`] |
@@ -60,6 +61,7 @@
 //! | `memory_scope`, `memory_scope("name")` | a resident-memory reporter | [`HostMemory`] |
 //! | `gpu_memory_scope(device = 0, empty_cache = false)` | `torch.cuda.memory_allocated()` / `max_memory_allocated()` reporter | [`GpuMemory`] |
 //! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` (feature `distributed`) | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
+//! | `deadline(Duration::from_millis(100))` | a `SIGALRM` handler raising `TimeoutError` | [`Deadline`] |
 //!
 //! `seed`, `fork_rng`, `threads`, `detect_anomaly`, `deterministic`,
 //! `matmul_precision`, `tf32`, `cudnn` and `sdpa` change process-wide
@@ -68,6 +70,14 @@
 //! `timed` and the memory scopes go to [`report()`](report::report), to a
 //! callback ([`report::set_callback`]) and, with the `tracing` feature, to
 //! `tracing` events.
+//!
+//! `deadline(d)` refuses the next libtorch operator once `d` has passed
+//! (on any thread, checked in the dispatcher) and ends the scope with a
+//! [`ScopeError`] such as "deadline of 100 ms exceeded after 103 ms at
+//! aten::mm"; see [`Deadline`]. A scope learns how its body ended — like
+//! Python's `__exit__(exc_type, exc, tb)` — through [`Scope::exit`], which
+//! hears an [`Outcome`]; [`ScopeStack::push_exit`] does the same for a
+//! callback.
 //!
 //! `eval(model)` and `train(model)` take any [`Trainable`] model — a
 //! [`tch::CModule`], a `tch::nn` module wrapped in [`WithMode`], or your own
@@ -109,6 +119,7 @@ mod exit;
 mod ffi;
 mod future;
 mod memory;
+mod outcome;
 pub mod report;
 mod scope;
 mod scopes;
@@ -157,6 +168,9 @@ pub use scopes::precision::{
 pub use scopes::sdpa::{Sdpa, SdpaBackend, SdpaGuard, sdpa_backends};
 pub use stack::ScopeStack;
 
+pub use outcome::Outcome;
+pub use scopes::deadline::{Deadline, DeadlineGuard};
+
 pub use tch_scope_macros::distributed;
 pub use tch_scope_macros::scoped as scope;
 pub use tch_scope_macros::{
@@ -165,6 +179,8 @@ pub use tch_scope_macros::{
 pub use tch_scope_macros::{cudnn, matmul_precision, sdpa, stream, tf32};
 pub use tch_scope_macros::{device, enable_grad, eval, grad, inference_mode, no_grad, train, with};
 pub use tch_scope_macros::{gpu_memory_scope, memory_scope, timed};
+
+pub use tch_scope_macros::deadline;
 
 /// Runs a block inside a list of scopes: `scoped!(SCOPES => BODY)`.
 ///
@@ -178,7 +194,9 @@ pub use tch_scope_macros::{gpu_memory_scope, memory_scope, timed};
 /// `checkpoint`, …) once for the whole future (see [`Spanned`]); there `?`
 /// acts on the
 /// body (making its value a `Result`) and `return`/`break`/`continue` out of
-/// it are compile errors.
+/// it are compile errors. So they are in a body whose list has `deadline`,
+/// which runs as a closure under `catch_unwind` so that the deadline can
+/// end it with its error (see [`Deadline`]).
 ///
 /// ```
 /// use tch_scope::{scoped, is_grad_enabled};
@@ -193,7 +211,7 @@ macro_rules! scoped {
 }
 
 /// Like [`scoped!`], but evaluates to `Result<T, ScopeError>` instead of
-/// panicking when a scope cannot be entered.
+/// panicking when a scope cannot be entered or a `deadline` ends the body.
 ///
 /// ```
 /// use tch_scope::try_scoped;

@@ -2,7 +2,7 @@
 
 use std::convert::Infallible;
 
-use crate::EntryError;
+use crate::{EntryError, Outcome};
 
 /// Something that can be entered, giving a guard that restores the previous
 /// state when dropped: the Rust counterpart of a Python context manager.
@@ -66,6 +66,43 @@ pub trait Scope {
     /// the reason when the scope cannot be entered (e.g. `device(3)` on a
     /// machine with one GPU).
     fn enter(&mut self) -> Result<Self::Guard, Self::Error>;
+
+    /// Hears how the body ended, once, just before `guard` drops: Python's
+    /// `__exit__(exc_type, exc, tb)`. The default does nothing, so a scope
+    /// that only restores state in its guard's `Drop` need not write it.
+    /// [`Outcome`] says on which paths each outcome is known; in async code
+    /// (scopes entered around each poll) it is not called.
+    ///
+    /// ```
+    /// use std::cell::Cell;
+    /// use std::convert::Infallible;
+    /// use tch_scope::{Outcome, Scope, with};
+    ///
+    /// thread_local!(static LAST: Cell<Option<Outcome>> = const { Cell::new(None) });
+    ///
+    /// /// Remembers how the last run ended (a checkpoint would mark itself
+    /// /// incomplete on anything but `Completed`).
+    /// struct Run;
+    /// impl Scope for Run {
+    ///     type Guard = ();
+    ///     type Error = Infallible;
+    ///     fn enter(&mut self) -> Result<(), Infallible> { Ok(()) }
+    ///     fn exit(_: &mut (), outcome: Outcome) { LAST.with(|l| l.set(Some(outcome))) }
+    /// }
+    ///
+    /// #[with(Run)]
+    /// fn parse(s: &str) -> Result<u8, std::num::ParseIntError> {
+    ///     Ok(s.parse::<u8>()? + 1)
+    /// }
+    /// assert!(parse("x").is_err());
+    /// assert_eq!(LAST.with(Cell::get), Some(Outcome::Failed));
+    /// assert_eq!(parse("1"), Ok(2));
+    /// assert_eq!(LAST.with(Cell::get), Some(Outcome::Completed));
+    /// ```
+    #[inline(always)]
+    fn exit(guard: &mut Self::Guard, outcome: Outcome) {
+        let _ = (guard, outcome);
+    }
 }
 
 impl<S: Scope + ?Sized> Scope for &mut S {
@@ -75,6 +112,11 @@ impl<S: Scope + ?Sized> Scope for &mut S {
     #[inline]
     fn enter(&mut self) -> Result<S::Guard, S::Error> {
         (**self).enter()
+    }
+
+    #[inline(always)]
+    fn exit(guard: &mut S::Guard, outcome: Outcome) {
+        S::exit(guard, outcome);
     }
 }
 
@@ -110,6 +152,12 @@ impl<A: Scope, B: Scope> Scope for Chain<A, B> {
         // If B fails, `outer` drops here and A is left again.
         let inner = self.1.enter().map_err(<A::Error as EntryError>::or_from)?;
         Ok(ChainGuard { inner, outer })
+    }
+
+    #[inline(always)]
+    fn exit(guard: &mut Self::Guard, outcome: Outcome) {
+        B::exit(&mut guard.inner, outcome);
+        A::exit(&mut guard.outer, outcome);
     }
 }
 
@@ -169,6 +217,13 @@ impl<S: Scope> Scope for When<S> {
             self.scope.enter().map(Some)
         } else {
             Ok(None)
+        }
+    }
+
+    #[inline(always)]
+    fn exit(guard: &mut Self::Guard, outcome: Outcome) {
+        if let Some(g) = guard {
+            S::exit(g, outcome);
         }
     }
 }

@@ -2,17 +2,50 @@
 
 use std::marker::PhantomData;
 
-use crate::{EntryError, Scope, ScopeError};
+use crate::{EntryError, Outcome, Scope, ScopeError};
 
-/// A scope's guard (or a callback), held only for its `Drop`.
-trait Guard {}
-impl<T> Guard for T {}
+/// An open scope or a callback: told the outcome, then dropped.
+trait Exit {
+    fn exit(&mut self, outcome: Outcome);
+}
+
+/// A scope entered by [`ScopeStack::enter`], with its `Scope::exit` (a
+/// function pointer, so the stack needs only the guard to outlive it, not
+/// the scope value).
+struct Entered<G> {
+    guard: G,
+    exit: fn(&mut G, Outcome),
+}
+
+impl<G> Exit for Entered<G> {
+    fn exit(&mut self, outcome: Outcome) {
+        (self.exit)(&mut self.guard, outcome);
+    }
+}
+
+/// A callback that runs when the stack unwinds to it.
+struct OnExit<F>(Option<F>);
+
+impl<F: FnOnce(Outcome)> Exit for OnExit<F> {
+    fn exit(&mut self, outcome: Outcome) {
+        if let Some(f) = self.0.take() {
+            f(outcome);
+        }
+    }
+}
 
 /// Enters scopes picked at run time and leaves them in reverse order when
 /// dropped, like Python's `contextlib.ExitStack`. The guarantees are those
 /// of [`scoped!`](crate::scoped): every exit (end of block, `?`, panic)
 /// leaves every scope, innermost first; the stack is `!Send`, since most
 /// scopes are per thread.
+///
+/// Each scope's [`Scope::exit`] and each [`push_exit`](Self::push_exit)
+/// callback hears an [`Outcome`]: `Panicked` when the stack drops during
+/// a panic, the one given to [`close`](Self::close), and otherwise
+/// `Completed` (a stack does not see the value of the code around it, so
+/// an early `return` or `?` that drops it is `Completed` too; call
+/// `close(Outcome::of(&result))` where that matters).
 ///
 /// ```
 /// use tch_scope::{NoGrad, ScopeStack, Seed, is_grad_enabled};
@@ -33,7 +66,7 @@ impl<T> Guard for T {}
 #[must_use = "a ScopeStack leaves its scopes when dropped; bind it with `let mut stack = …`"]
 #[derive(Default)]
 pub struct ScopeStack<'a> {
-    guards: Vec<Box<dyn Guard + 'a>>,
+    guards: Vec<Box<dyn Exit + 'a>>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -76,7 +109,10 @@ impl<'a> ScopeStack<'a> {
         S::Guard: 'a,
     {
         let guard = scope.enter().map_err(EntryError::into_scope_error)?;
-        self.guards.push(Box::new(guard));
+        self.guards.push(Box::new(Entered {
+            guard,
+            exit: S::exit,
+        }));
         Ok(())
     }
 
@@ -91,18 +127,73 @@ impl<'a> ScopeStack<'a> {
     /// assert!(done.get());
     /// ```
     pub fn callback(&mut self, f: impl FnOnce() + 'a) {
-        struct OnDrop<F: FnOnce()>(Option<F>);
-        impl<F: FnOnce()> Drop for OnDrop<F> {
-            fn drop(&mut self) {
-                if let Some(f) = self.0.take() {
-                    f();
-                }
-            }
-        }
-        self.guards.push(Box::new(OnDrop(Some(f))));
+        self.push_exit(|_| f());
     }
 
-    /// Leaves the innermost scope now; `false` if the stack is empty.
+    /// Runs `f` with the [`Outcome`] when the stack unwinds to this point
+    /// (`ExitStack.push`, whose callback gets the exception).
+    ///
+    /// ```
+    /// use std::cell::Cell;
+    /// use tch_scope::{Outcome, ScopeStack};
+    /// let seen = Cell::new(None);
+    /// let mut stack = ScopeStack::new();
+    /// stack.push_exit(|o| seen.set(Some(o)));
+    /// stack.close(Outcome::Failed);
+    /// assert_eq!(seen.get(), Some(Outcome::Failed));
+    /// ```
+    pub fn push_exit(&mut self, f: impl FnOnce(Outcome) + 'a) {
+        self.guards.push(Box::new(OnExit(Some(f))));
+    }
+
+    /// Moves every open scope and callback into a new stack and leaves
+    /// this one empty (`ExitStack.pop_all`): set scopes up, and hand them
+    /// on only once all of them are in.
+    ///
+    /// ```
+    /// use tch_scope::{NoGrad, ScopeStack, is_grad_enabled};
+    /// fn setup() -> Result<ScopeStack<'static>, tch_scope::ScopeError> {
+    ///     let mut stack = ScopeStack::new();
+    ///     stack.enter(NoGrad)?;
+    ///     // … more scopes; an error here would leave them all …
+    ///     Ok(stack.pop_all())
+    /// }
+    /// let kept = setup().unwrap();
+    /// assert!(!is_grad_enabled());
+    /// drop(kept);
+    /// assert!(is_grad_enabled());
+    /// ```
+    pub fn pop_all(&mut self) -> ScopeStack<'a> {
+        ScopeStack {
+            guards: std::mem::take(&mut self.guards),
+            _not_send: PhantomData,
+        }
+    }
+
+    /// Leaves every scope now, innermost first, each hearing `outcome`
+    /// (`Panicked` instead while a panic unwinds).
+    ///
+    /// ```
+    /// use tch_scope::{NoGrad, Outcome, ScopeStack, is_grad_enabled};
+    /// let mut stack = ScopeStack::new();
+    /// stack.enter(NoGrad).unwrap();
+    /// let result: Result<u8, String> = Err("bad batch".into());
+    /// stack.close(Outcome::of(&result));
+    /// assert!(is_grad_enabled());
+    /// ```
+    pub fn close(mut self, outcome: Outcome) {
+        self.leave(Outcome::at_exit_or(outcome));
+    }
+
+    fn leave(&mut self, outcome: Outcome) {
+        // A Vec drops first-to-last; scopes must be left last-to-first.
+        while let Some(mut g) = self.guards.pop() {
+            g.exit(outcome);
+        }
+    }
+
+    /// Leaves the innermost scope now (its exit hears `Completed`); `false`
+    /// if the stack is empty.
     ///
     /// ```
     /// use tch_scope::{NoGrad, ScopeStack, is_grad_enabled};
@@ -113,7 +204,11 @@ impl<'a> ScopeStack<'a> {
     /// assert!(!stack.pop());
     /// ```
     pub fn pop(&mut self) -> bool {
-        self.guards.pop().is_some()
+        let Some(mut g) = self.guards.pop() else {
+            return false;
+        };
+        g.exit(Outcome::at_exit_or(Outcome::Completed));
+        true
     }
 
     /// How many scopes are open.
@@ -137,7 +232,6 @@ impl<'a> ScopeStack<'a> {
 
 impl Drop for ScopeStack<'_> {
     fn drop(&mut self) {
-        // A Vec drops first-to-last; scopes must be left last-to-first.
-        while self.guards.pop().is_some() {}
+        self.leave(Outcome::at_exit_or(Outcome::Completed));
     }
 }

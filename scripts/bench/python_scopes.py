@@ -10,6 +10,7 @@ Run with the bootstrap's venv python (torch 2.13).
 
 import json
 import pathlib
+import signal
 import sys
 import time
 import timeit
@@ -117,6 +118,26 @@ class Tf32:
         torch.backends.cuda.matmul.allow_tf32 = self.was
 
 
+class Alarm:
+    """`robust_inference(model, timeout=...)`'s timeout: a SIGALRM handler
+    raising TimeoutError, set on entry and cancelled and restored on exit
+    (main thread only; it cannot interrupt a C++ kernel)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def _raise(self, *_):
+        raise TimeoutError(f"timed out after {self.seconds} s")
+
+    def __enter__(self):
+        self.old = signal.signal(signal.SIGALRM, self._raise)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.old)
+
+
 def main():
     out = pathlib.Path(sys.argv[1])
     warnings.simplefilter("ignore")  # detect_anomaly warns on every entry
@@ -134,6 +155,7 @@ def main():
         "Tf32": Tf32,
         "SDPBackend": torch.nn.attention.SDPBackend,
         "sdpa_kernel": torch.nn.attention.sdpa_kernel,
+        "Alarm": Alarm,
     }
     cases = {
         "no_grad": "torch.no_grad()",
@@ -156,6 +178,7 @@ def main():
         "cudnn": "torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=True)",
         "sdpa": "sdpa_kernel([SDPBackend.MATH])",
         "inference_mode_false": "torch.inference_mode(False)",
+        "deadline": "Alarm(3600)",
     }
     results = {}
     for word, cm in cases.items():

@@ -54,9 +54,10 @@ fi
 # on one variant only; collect.py keeps each variant's fastest process.
 say "MLP workload, one process per variant, ${MLP_ROUNDS:=2} rounds"
 for _ in $(seq "$MLP_ROUNDS"); do
-  for v in grad no_grad inference_mode; do
+  for v in grad no_grad inference_mode deadline; do
     "$CARGO" bench -p tch-scope --bench mlp --quiet -- "$v" >>"$OUT/mlp.jsonl"
-    if [ -x "$PY" ]; then
+    # Python has no per-operator deadline to compare with.
+    if [ -x "$PY" ] && [ "$v" != deadline ]; then
       "$PY" -W ignore scripts/bench/python_mlp.py "$v" >>"$OUT/mlp.jsonl"
     fi
   done

@@ -406,3 +406,21 @@ fn trailing_comma_and_typed_device_index() {
         .to_string();
     assert!(out.contains("device_cuda (3usize)"), "{out}");
 }
+
+/// With `deadline` the body is a closure under `catching`, so that the
+/// deadline's error can end it; its guard is the one `catching` reads.
+#[test]
+fn deadline_block_and_fn() {
+    macro_snapshot(
+        "try_scoped_deadline",
+        Flavor::TryScoped,
+        "no_grad, deadline(budget) => model.forward(&x)",
+    );
+    attr_snapshot(
+        "attr_deadline_result_fn",
+        Attr::List,
+        "deadline(budget), timed",
+        "fn serve(x: &Tensor) -> anyhow::Result<Tensor> {\n    Ok(x.f_mm(x)?)\n}",
+        None,
+    );
+}

@@ -8,6 +8,7 @@ mod autocast;
 mod backends;
 mod borrowed;
 mod checkpoint;
+mod deadline;
 mod device;
 mod distributed;
 mod forms;
@@ -31,6 +32,7 @@ const BASE: Word = Word {
     repeat: false,
     awaits: Awaits::PerPoll,
     measures: false,
+    catches: false,
     fails: false,
     feature: None,
     examples: &[],
@@ -140,6 +142,7 @@ pub(crate) const WORDS: &[Word] = &[
         params: &[Param::positional("scope", 0)],
         check: borrowed::with,
         repeat: true,
+        measures: true,
         fails: true,
         examples: &["with(s)"],
         ..BASE
@@ -398,6 +401,22 @@ pub(crate) const WORDS: &[Word] = &[
         check: backends::sdpa,
         awaits: Awaits::Span,
         examples: &["sdpa(math)", "sdpa(flash, mem_efficient, cudnn)"],
+        ..BASE
+    },
+    Word {
+        name: "deadline",
+        usage: "deadline(Duration::from_millis(100))",
+        doc: "operators fail once the time is up",
+        params: &[Param::positional("duration", 0)],
+        check: deadline::check,
+        measures: true,
+        catches: true,
+        fails: true,
+        examples: &[
+            "deadline(Duration::from_millis(100))",
+            "deadline(budget)",
+            "deadline(d) if serving",
+        ],
         ..BASE
     },
 ];

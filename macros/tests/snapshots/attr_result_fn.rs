@@ -7,7 +7,7 @@
 // Expansion:
 
 fn evaluate(model: &Model) -> anyhow::Result<f64> {
-    let __tch_scope_guard0 = match ::tch_scope::__private::enter(
+    let mut __tch_scope_guard0 = match ::tch_scope::__private::enter(
         ::tch_scope::__private::device_cuda(0usize),
     ) {
         ::core::result::Result::Ok(__tch_scope_entered) => __tch_scope_entered,
@@ -29,6 +29,8 @@ fn evaluate(model: &Model) -> anyhow::Result<f64> {
     ) {
         ::core::result::Result::Ok(__tch_scope_entered) => __tch_scope_entered,
         ::core::result::Result::Err(__tch_scope_err) => {
+            let __tch_scope_outcome = ::tch_scope::__private::Outcome::Failed;
+            __tch_scope_guard0.saw(__tch_scope_outcome);
             return {
                 use ::tch_scope::__private::{
                     LeaveInfallible as _, LeavePanicking as _, LeaveWithErr as _,

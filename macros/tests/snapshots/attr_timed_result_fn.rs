@@ -7,7 +7,7 @@
 // Expansion:
 
 fn step(batch: &Batch) -> io::Result<f64> {
-    let __tch_scope_guard0 = match ::tch_scope::__private::enter(
+    let mut __tch_scope_guard0 = match ::tch_scope::__private::enter(
         ::tch_scope::__private::no_grad(),
     ) {
         ::core::result::Result::Ok(__tch_scope_entered) => __tch_scope_entered,
@@ -37,6 +37,8 @@ fn step(batch: &Batch) -> io::Result<f64> {
     ) {
         ::core::result::Result::Ok(__tch_scope_entered) => __tch_scope_entered,
         ::core::result::Result::Err(__tch_scope_err) => {
+            let __tch_scope_outcome = ::tch_scope::__private::Outcome::Failed;
+            __tch_scope_guard0.saw(__tch_scope_outcome);
             return {
                 use ::tch_scope::__private::{
                     LeaveInfallible as _, LeavePanicking as _, LeaveWithErr as _,
@@ -49,10 +51,18 @@ fn step(batch: &Batch) -> io::Result<f64> {
             };
         }
     };
-    let __tch_scope_ret: io::Result<f64> = ::tch_scope::__private::call(move || {
+    match ::tch_scope::__private::call(move || -> io::Result<f64> {
         let loss = batch.loss()?;
         Ok(loss)
-    });
-    ::tch_scope::__private::mark_failed(&__tch_scope_ret, &mut __tch_scope_guard1);
-    __tch_scope_ret
+    }) {
+        __tch_scope_value => {
+            let __tch_scope_outcome = {
+                use ::tch_scope::__private::{SeenAny as _, SeenResult as _};
+                (&::tch_scope::__private::Seen(&__tch_scope_value)).outcome()
+            };
+            __tch_scope_guard1.saw(__tch_scope_outcome);
+            __tch_scope_guard0.saw(__tch_scope_outcome);
+            __tch_scope_value
+        }
+    }
 }

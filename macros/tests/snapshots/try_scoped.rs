@@ -7,9 +7,11 @@ fn expansion() {
         ::core::result::Result::Err(__tch_scope_err) => {
             ::core::result::Result::Err(__tch_scope_err)
         }
-        ::core::result::Result::Ok(__tch_scope_guard0) => {
+        ::core::result::Result::Ok(mut __tch_scope_guard0) => {
             match ::tch_scope::__private::try_enter(::tch_scope::__private::no_grad()) {
                 ::core::result::Result::Err(__tch_scope_err) => {
+                    let __tch_scope_outcome = ::tch_scope::__private::Outcome::Failed;
+                    __tch_scope_guard0.saw(__tch_scope_outcome);
                     ::core::result::Result::Err(__tch_scope_err)
                 }
                 ::core::result::Result::Ok(__tch_scope_guard1) => {

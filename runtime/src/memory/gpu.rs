@@ -105,6 +105,14 @@ impl Scope for GpuMemory {
     type Guard = GpuMemoryGuard;
     type Error = ScopeError;
 
+    /// An `Err` the expansion saw is recorded as a failed run.
+    #[inline(always)]
+    fn exit(guard: &mut Self::Guard, outcome: Outcome) {
+        if outcome == Outcome::Failed {
+            guard.mark_failed();
+        }
+    }
+
     fn enter(&mut self) -> Result<GpuMemoryGuard, ScopeError> {
         let name = format!("gpu_memory_scope(device = {})", self.device);
         let index = cuda::require(&name, self.device)?;
@@ -155,7 +163,11 @@ impl GpuMemoryGuard {
             peak: peak.max(at_exit),
             reserved,
             peak_is_scoped: true,
-            outcome: Outcome::at_exit(self.failed),
+            outcome: Outcome::at_exit_or(if self.failed {
+                Outcome::Failed
+            } else {
+                Outcome::Completed
+            }),
         };
         finish(r.clone());
         Some(r)

@@ -83,6 +83,14 @@ impl Scope for HostMemory {
     type Guard = HostMemoryGuard;
     type Error = Infallible;
 
+    /// An `Err` the expansion saw is recorded as a failed run.
+    #[inline(always)]
+    fn exit(guard: &mut Self::Guard, outcome: Outcome) {
+        if outcome == Outcome::Failed {
+            guard.mark_failed();
+        }
+    }
+
     /// Never fails: where `/proc/self/status` can't be read, the exit hook
     /// hears why and the scope reports nothing.
     fn enter(&mut self) -> Result<HostMemoryGuard, Infallible> {
@@ -124,7 +132,11 @@ impl HostMemoryGuard {
             peak: peak.max(at_exit),
             reserved: None,
             peak_is_scoped: t.scoped,
-            outcome: Outcome::at_exit(self.failed),
+            outcome: Outcome::at_exit_or(if self.failed {
+                Outcome::Failed
+            } else {
+                Outcome::Completed
+            }),
         };
         finish(r.clone());
         Some(r)

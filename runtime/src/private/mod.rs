@@ -13,9 +13,9 @@ pub use crate::ffi::inject_fault;
 
 #[cfg(feature = "distributed")]
 pub use crate::dist::{Backend as DistBackend, Distributed};
-pub use crate::{Chain, End, EntryError, Scope, ScopeError, Scoped, Spanned};
+pub use crate::{Chain, End, EntryError, Outcome, Scope, ScopeError, Scoped, Spanned};
 
-use crate::When;
+use crate::{DeadlineGuard, When};
 use std::convert::Infallible;
 use std::marker::PhantomData;
 
@@ -25,14 +25,17 @@ pub fn when<S: Scope>(on: bool, scope: S) -> When<S> {
 }
 
 #[inline(always)]
-pub fn enter<S: Scope>(mut scope: S) -> Result<S::Guard, S::Error> {
-    scope.enter()
+pub fn enter<S: Scope>(mut scope: S) -> Result<Exit<S>, S::Error> {
+    scope.enter().map(Exit::new)
 }
 
 /// `try_scoped!`: every error as a `ScopeError`.
 #[inline(always)]
-pub fn try_enter<S: Scope>(mut scope: S) -> Result<S::Guard, ScopeError> {
-    scope.enter().map_err(EntryError::into_scope_error)
+pub fn try_enter<S: Scope>(mut scope: S) -> Result<Exit<S>, ScopeError> {
+    scope
+        .enter()
+        .map(Exit::new)
+        .map_err(EntryError::into_scope_error)
 }
 
 /// A future's `Result` with the error as a `ScopeError` (`try_scoped!`).
@@ -47,9 +50,9 @@ pub fn scope_result<T, E: EntryError>(r: Result<T, E>) -> Result<T, ScopeError> 
 // (scripts/bench/compile_cost.py). Release builds inline it anyway.
 #[inline]
 #[track_caller]
-pub fn enter_or_panic<S: Scope>(mut scope: S) -> S::Guard {
+pub fn enter_or_panic<S: Scope>(mut scope: S) -> Exit<S> {
     match scope.enter() {
-        Ok(g) => g,
+        Ok(g) => Exit::new(g),
         Err(e) => panic_scope_error(e),
     }
 }
@@ -110,47 +113,100 @@ impl<R> LeavePanicking<R> for &Leave<R, ScopeError> {
     }
 }
 
-/// Guards that record how the body ended; the macros mark a run whose
-/// `Result` is `Err`.
-pub trait MarkFailed {
-    fn mark_failed(&mut self);
+/// An entered scope with what the expansion saw of its body: `S::exit`
+/// hears the outcome just before the guard drops (`Panicked` while
+/// unwinding; `Completed` unless the expansion marked it `Failed`).
+pub struct Exit<S: Scope> {
+    guard: S::Guard,
+    seen: Outcome,
+    _scope: PhantomData<fn() -> S>,
 }
 
-impl MarkFailed for crate::TimedGuard {
+impl<S: Scope> Exit<S> {
     #[inline(always)]
-    fn mark_failed(&mut self) {
-        crate::TimedGuard::mark_failed(self);
-    }
-}
-
-impl MarkFailed for crate::HostMemoryGuard {
-    #[inline(always)]
-    fn mark_failed(&mut self) {
-        crate::HostMemoryGuard::mark_failed(self);
-    }
-}
-
-impl MarkFailed for crate::GpuMemoryGuard {
-    #[inline(always)]
-    fn mark_failed(&mut self) {
-        crate::GpuMemoryGuard::mark_failed(self);
-    }
-}
-
-/// `timed if cond`.
-impl<G: MarkFailed> MarkFailed for Option<G> {
-    #[inline(always)]
-    fn mark_failed(&mut self) {
-        if let Some(g) = self {
-            g.mark_failed();
+    fn new(guard: S::Guard) -> Self {
+        Exit {
+            guard,
+            seen: Outcome::Completed,
+            _scope: PhantomData,
         }
     }
+
+    /// What the body's value says.
+    #[inline(always)]
+    pub fn saw(&mut self, outcome: Outcome) {
+        self.seen = outcome;
+    }
 }
 
-#[inline(always)]
-pub fn mark_failed<T, E>(result: &Result<T, E>, guard: &mut impl MarkFailed) {
-    if result.is_err() {
-        guard.mark_failed();
+impl<S: Scope> Drop for Exit<S> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        S::exit(&mut self.guard, Outcome::at_exit_or(self.seen));
+    }
+}
+
+/// The outcome of a body's value, by autoref: `Failed` for an `Err`,
+/// `Completed` for any other value: `(&Seen(&v)).outcome()`.
+pub struct Seen<'a, T>(pub &'a T);
+
+pub trait SeenResult {
+    fn outcome(&self) -> Outcome;
+}
+
+impl<T, E> SeenResult for Seen<'_, Result<T, E>> {
+    #[inline(always)]
+    fn outcome(&self) -> Outcome {
+        Outcome::of(self.0)
+    }
+}
+
+pub trait SeenAny {
+    fn outcome(&self) -> Outcome;
+}
+
+impl<T> SeenAny for &Seen<'_, T> {
+    #[inline(always)]
+    fn outcome(&self) -> Outcome {
+        Outcome::Completed
+    }
+}
+
+/// The guard of a `deadline` word (`deadline(d) if c` too).
+pub trait Tripwire {
+    fn deadline(&self) -> Option<&DeadlineGuard>;
+}
+
+impl Tripwire for DeadlineGuard {
+    #[inline(always)]
+    fn deadline(&self) -> Option<&DeadlineGuard> {
+        Some(self)
+    }
+}
+
+impl<G: Tripwire> Tripwire for Option<G> {
+    #[inline(always)]
+    fn deadline(&self) -> Option<&DeadlineGuard> {
+        self.as_ref().and_then(Tripwire::deadline)
+    }
+}
+
+impl<S: Scope> Tripwire for Exit<S>
+where
+    S::Guard: Tripwire,
+{
+    #[inline(always)]
+    fn deadline(&self) -> Option<&DeadlineGuard> {
+        self.guard.deadline()
+    }
+}
+
+/// Runs the body of a list with `deadline` (see `DeadlineGuard::run`).
+#[inline]
+pub fn catching<T>(guard: &impl Tripwire, body: impl FnOnce() -> T) -> Result<T, ScopeError> {
+    match guard.deadline() {
+        Some(g) => g.run(body),
+        None => Ok(body()),
     }
 }
 

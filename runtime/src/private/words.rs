@@ -229,3 +229,8 @@ pub fn sdpa<const N: usize>(backends: [SdpaBackend; N]) -> crate::Sdpa {
 pub fn stream(s: impl std::borrow::Borrow<crate::cuda::Stream>) -> crate::cuda::Stream {
     *s.borrow()
 }
+
+#[inline]
+pub fn deadline(budget: std::time::Duration) -> crate::Deadline {
+    crate::Deadline::new(budget)
+}

@@ -18,36 +18,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use crate::outcome::Outcome;
 pub use memory::MemoryReport;
 pub use registry::Site;
 pub(crate) use registry::{lock, record_time};
-
-/// How the body of a scope ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// It returned (by any path but a panic).
-    Completed,
-    /// It panicked; the measurement covers the time until the unwind left
-    /// the scope.
-    Panicked,
-    /// It returned an `Err`. Known where the scope sees the value: an
-    /// attribute on a (non-async) function returning `Result`.
-    Failed,
-}
-
-impl Outcome {
-    /// `Panicked` while unwinding, else `Failed` or `Completed`.
-    pub(crate) fn at_exit(failed: bool) -> Self {
-        if std::thread::panicking() {
-            Outcome::Panicked
-        } else if failed {
-            Outcome::Failed
-        } else {
-            Outcome::Completed
-        }
-    }
-}
 
 /// One measurement, as handed to the callback.
 #[derive(Debug, Clone, Serialize)]

@@ -1,6 +1,11 @@
 //! `checkpoint(vs, "path")`: save a `tch::nn::VarStore` when the scope ends
 //! — normally, through `?`/`return`, or by a panic — crash-safely.
 //!
+//! It is a *training checkpoint* (weights saved on exit, `resume` to load
+//! them), **not** `torch.utils.checkpoint`'s activation checkpointing: it
+//! does not drop activations in the forward pass or recompute them in the
+//! backward one, and does not change memory use or autograd in any way.
+//!
 //! The file is written to a temporary file in the same folder, fsynced,
 //! renamed over `path`, and the folder fsynced: a process killed at any
 //! moment leaves the previous checkpoint or the new one, never a torn file.
@@ -105,7 +110,9 @@ pub fn metrics() -> Option<Metrics> {
     OPEN.with_borrow(|open| open.last().map(|log| log.borrow().clone()))
 }
 
-/// Saves `vs` (and the metric log) to `path` when the scope ends.
+/// Saves `vs` (and the metric log) to `path` when the scope ends: a
+/// training checkpoint, not `torch.utils.checkpoint`'s activation
+/// recomputation (see the [module docs](self)).
 ///
 /// ```
 /// use tch::{Device, nn};

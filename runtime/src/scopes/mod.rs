@@ -26,3 +26,5 @@ pub(crate) mod threads;
 pub(crate) mod timer;
 pub(crate) mod train;
 pub(crate) mod with_mode;
+
+pub(crate) mod deadline;

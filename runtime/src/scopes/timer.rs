@@ -122,6 +122,14 @@ impl Scope for Timed {
     type Guard = TimedGuard;
     type Error = Infallible;
 
+    /// An `Err` the expansion saw is recorded as a failed run.
+    #[inline(always)]
+    fn exit(guard: &mut Self::Guard, outcome: Outcome) {
+        if outcome == Outcome::Failed {
+            guard.mark_failed();
+        }
+    }
+
     /// Never fails: a timer does not stop the work it measures. A CUDA
     /// synchronisation that fails at entry goes to the exit hook and the
     /// run is timed without it.
@@ -200,6 +208,14 @@ fn start_event(site: &Site, device: usize) -> Option<(usize, Event)> {
 }
 
 impl TimedGuard {
+    fn outcome(&self) -> Outcome {
+        Outcome::at_exit_or(if self.failed {
+            Outcome::Failed
+        } else {
+            Outcome::Completed
+        })
+    }
+
     /// Records the end event and queues the pair; on failure, falls back
     /// to the wall time of this run.
     fn finish_events(&mut self, device: usize, start: Event) -> Result<(), crate::ScopeError> {
@@ -209,7 +225,7 @@ impl TimedGuard {
             site: self.site,
             start,
             end,
-            outcome: Outcome::at_exit(self.failed),
+            outcome: self.outcome(),
         });
         Ok(())
     }
@@ -232,7 +248,7 @@ impl Drop for TimedGuard {
             let _ = cuda::synchronize(d);
         }
         let elapsed = self.start.elapsed();
-        let outcome = Outcome::at_exit(self.failed);
+        let outcome = self.outcome();
         let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         report::record_time(self.site, ns, outcome);
         report::publish(|| Measurement::Time {

@@ -1,0 +1,227 @@
+//! `deadline(duration)`: once the deadline has passed, the next libtorch
+//! operator the thread calls inside the scope fails, and the scope ends
+//! with a [`ScopeError`] such as "deadline of 100 ms exceeded after 103 ms
+//! at aten::mm".
+//!
+//! Python's `robust_inference(model, timeout=30)` raises `TimeoutError`
+//! from a `SIGALRM` handler: main thread only, and it cannot stop a C++
+//! kernel. Here the check runs in libtorch's dispatcher before every
+//! operator of the thread (a boxed fallback on a dispatch key that is in
+//! the thread's TLS set only while a deadline is open; see
+//! `csrc/deadline.cpp` for why not a `RecordFunction` callback): any
+//! thread, no signal, and libtorch stays fully usable — a kernel that has
+//! started runs to its end, the next one is refused. It costs ≈ 90 ns per
+//! operator inside the scope and nothing outside it.
+//!
+//! How the failure surfaces: the refused operator throws, so tch's `f_`
+//! methods return `Err(TchError)` and its other methods panic. The
+//! `deadline` word runs its body so that it can see both — under
+//! `catch_unwind`, as a closure — and ends the scope with the deadline's
+//! `ScopeError` whenever the deadline passed during the body: a panic that
+//! carries the deadline's message, an `Err`, even an `Ok` the body made
+//! after the failure. Any other panic is resumed untouched. `try_scoped!`
+//! and attributed `Result` functions return it, `scoped!` panics with its
+//! message. Nested deadlines: the earliest wins, and every enclosing
+//! `deadline` scope whose own (effective) deadline it was ends with it.
+//!
+//! In async code the deadline is fixed at the first poll and checked
+//! around every poll (per thread, like grad mode); the body's failure is
+//! not turned into a `ScopeError` there (operators fail as above).
+
+use std::ffi::CStr;
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::time::Duration;
+
+use crate::{Scope, ScopeError, ffi};
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+struct Saved {
+    at: i64,
+    budget: i64,
+    start: i64,
+    trips: u64,
+    effective_at: i64,
+    included: bool,
+}
+
+unsafe extern "C" {
+    fn tch_scope_deadline_enter(
+        budget_ns: i64,
+        start_ns: *mut i64,
+        saved: *mut Saved,
+    ) -> ffi::Status;
+    fn tch_scope_deadline_exit(saved: *const Saved);
+    fn tch_scope_deadline_trips(trip_at: *mut i64) -> u64;
+    fn tch_scope_deadline_trip_message() -> *const std::ffi::c_char;
+}
+
+/// A time budget for the scope: once it has passed, the next libtorch
+/// operator the thread calls fails (see the [module docs](self)).
+///
+/// The clock starts at the first [`enter`](Scope::enter); entering the
+/// same value again (a future's later polls) keeps that deadline.
+///
+/// ```
+/// use std::time::Duration;
+/// use tch::{Device, Kind, Tensor};
+/// use tch_scope::Deadline;
+/// let a = Tensor::ones([4, 4], (Kind::Float, Device::Cpu));
+/// let r = Deadline::new(Duration::ZERO).run(|| a.mm(&a));
+/// let e = r.unwrap_err();
+/// assert!(e.to_string().starts_with("deadline of 0 us exceeded after"), "{e}");
+/// assert!(e.to_string().ends_with(" at aten::mm"), "{e}");
+/// let _ = a.mm(&a); // libtorch is fine afterwards
+/// assert!(Deadline::new(Duration::from_secs(60)).run(|| a.mm(&a)).is_ok());
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    budget: Duration,
+    /// Steady-clock nanoseconds of the first entry; 0 before it.
+    start: i64,
+}
+
+impl Deadline {
+    /// A deadline `budget` after entry.
+    ///
+    /// ```
+    /// let d = tch_scope::Deadline::new(std::time::Duration::from_millis(100));
+    /// assert_eq!(d.budget(), std::time::Duration::from_millis(100));
+    /// ```
+    pub fn new(budget: Duration) -> Self {
+        Self { budget, start: 0 }
+    }
+
+    /// The time budget.
+    ///
+    /// ```
+    /// let d = tch_scope::Deadline::new(std::time::Duration::from_secs(1));
+    /// assert_eq!(d.budget().as_secs(), 1);
+    /// ```
+    pub fn budget(&self) -> Duration {
+        self.budget
+    }
+
+    /// Runs `f` inside the deadline, as the `deadline` word does: the
+    /// deadline's error if it passed while `f` ran (whether `f` panicked
+    /// on the failed operator, returned an `Err` or went on), else `f`'s
+    /// value. Other panics are resumed untouched.
+    ///
+    /// # Errors
+    /// The deadline's [`ScopeError`], or the error of entering it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let r = tch_scope::Deadline::new(Duration::from_secs(60)).run(|| 1 + 1);
+    /// assert_eq!(r, Ok(2));
+    /// ```
+    pub fn run<T>(mut self, f: impl FnOnce() -> T) -> Result<T, ScopeError> {
+        let guard = self.enter()?;
+        guard.run(f)
+    }
+
+    fn name(&self) -> String {
+        format!("deadline({:?})", self.budget)
+    }
+}
+
+/// Closes the deadline: the thread's enclosing one (if any) applies again.
+#[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
+#[derive(Debug)]
+pub struct DeadlineGuard {
+    saved: Saved,
+    budget: Duration,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Scope for Deadline {
+    type Guard = DeadlineGuard;
+    type Error = ScopeError;
+
+    /// # Errors
+    /// Another library took the dispatch key the check needs (see
+    /// `csrc/deadline.cpp`).
+    fn enter(&mut self) -> Result<DeadlineGuard, ScopeError> {
+        let budget = i64::try_from(self.budget.as_nanos()).unwrap_or(i64::MAX);
+        let mut saved = Saved::default();
+        // SAFETY: writable out-params; exceptions caught by the shim.
+        let status = unsafe { tch_scope_deadline_enter(budget, &mut self.start, &mut saved) };
+        ffi::check(status).map_err(|e| ScopeError::new(self.name(), None, e))?;
+        Ok(DeadlineGuard {
+            saved,
+            budget: self.budget,
+            _not_send: PhantomData,
+        })
+    }
+}
+
+impl DeadlineGuard {
+    /// The deadline's error if this scope's deadline (the earliest open
+    /// one when it was entered) has refused an operator since entry.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tch_scope::{Deadline, Scope};
+    /// let g = Deadline::new(Duration::ZERO).enter().unwrap();
+    /// assert!(g.passed().is_none());
+    /// assert!(tch::Tensor::f_zeros([2], (tch::Kind::Float, tch::Device::Cpu)).is_err());
+    /// assert!(g.passed().is_some());
+    /// ```
+    pub fn passed(&self) -> Option<ScopeError> {
+        let mut trip_at = 0;
+        // SAFETY: a writable out-param.
+        let trips = unsafe { tch_scope_deadline_trips(&mut trip_at) };
+        if trips == self.saved.trips || trip_at != self.saved.effective_at {
+            return None;
+        }
+        // SAFETY: a NUL-terminated thread-local string, copied at once.
+        let msg = unsafe { CStr::from_ptr(tch_scope_deadline_trip_message()) };
+        Some(ScopeError::ended(
+            format!("deadline({:?})", self.budget),
+            None,
+            msg.to_string_lossy(),
+        ))
+    }
+
+    /// Runs `f` inside this open deadline: see [`Deadline::run`].
+    ///
+    /// # Errors
+    /// The deadline's [`ScopeError`] if it passed while `f` ran.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tch_scope::{Deadline, Scope};
+    /// let g = Deadline::new(Duration::from_secs(60)).enter().unwrap();
+    /// assert_eq!(g.run(|| "done"), Ok("done"));
+    /// ```
+    pub fn run<T>(&self, f: impl FnOnce() -> T) -> Result<T, ScopeError> {
+        // Sound to assert: on a caught panic the value is either resumed
+        // or dropped for an error; nothing observes a broken invariant.
+        let r = catch_unwind(AssertUnwindSafe(f));
+        let Some(e) = self.passed() else {
+            return r.map_err(|p| resume_unwind(p));
+        };
+        match r {
+            Err(payload) if !mentions(&*payload, e.reason()) => resume_unwind(payload),
+            _ => Err(e),
+        }
+    }
+}
+
+/// Whether a panic's message contains `msg` (tch's `unwrap` of the
+/// refused operator's error, or an inner `scoped!`'s deadline panic).
+fn mentions(payload: &(dyn std::any::Any + Send), msg: &str) -> bool {
+    let text = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied());
+    text.is_some_and(|t| t.contains(msg))
+}
+
+impl Drop for DeadlineGuard {
+    fn drop(&mut self) {
+        // SAFETY: what enter saved, on the same thread (the guard is !Send).
+        unsafe { tch_scope_deadline_exit(&self.saved) };
+    }
+}
