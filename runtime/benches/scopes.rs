@@ -68,6 +68,24 @@ fn others(c: &mut Criterion) {
     g.bench_function("tch_scope", |b| {
         b.iter(|| scoped!(timed => black_box(1)));
     });
+    // Issue 18: with the timeline recording every span (the ring buffer
+    // wraps, so the cost is steady), and with measuring switched off.
+    g.bench_function("tch_scope_traced", |b| {
+        tch_scope::trace::set_capacity(1 << 16);
+        tch_scope::trace::start();
+        b.iter(|| scoped!(timed => black_box(1)));
+        tch_scope::trace::stop();
+        tch_scope::trace::set_capacity(1 << 20);
+    });
+    g.bench_function("tch_scope_disabled", |b| {
+        tch_scope::report::set_enabled(false);
+        b.iter(|| scoped!(timed => black_box(1)));
+        tch_scope::report::set_enabled(true);
+    });
+    // The loop alone, to read the switched-off scope's own cost.
+    g.bench_function("empty", |b| {
+        b.iter(|| black_box(1));
+    });
     g.bench_function("instant_x2", |b| {
         b.iter(|| {
             let t = Instant::now();

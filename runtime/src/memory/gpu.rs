@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 
 use tch::Device;
 
-use super::finish;
+use super::{finish, trace_start};
+use crate::trace::Kind;
 use super::peak::{Counter, Ticket, Tracker};
 use crate::cuda;
 use crate::report::{MemoryReport, Outcome};
@@ -89,6 +90,8 @@ pub struct GpuMemoryGuard {
     scope: GpuMemory,
     index: i32,
     ticket: Option<Ticket>,
+    /// The clock at entry, while the trace records.
+    start: Option<u64>,
     failed: bool,
     _not_send: PhantomData<*const ()>,
 }
@@ -109,6 +112,17 @@ impl Scope for GpuMemory {
         let name = format!("gpu_memory_scope(device = {})", self.device);
         let index = cuda::require(&name, self.device)?;
         let fail = |r: String| ScopeError::new(name.clone(), Some(Device::Cuda(self.device)), r);
+        if !crate::report::is_enabled() {
+            return Ok(GpuMemoryGuard {
+                scope: *self,
+                index,
+                ticket: None,
+                start: None,
+                failed: false,
+                _not_send: PhantomData,
+            });
+        }
+        let start = trace_start();
         if self.empty_cache {
             cuda::empty_cache().map_err(fail)?;
         }
@@ -117,6 +131,7 @@ impl Scope for GpuMemory {
             scope: *self,
             index,
             ticket: Some(ticket),
+            start,
             failed: false,
             _not_send: PhantomData,
         })
@@ -157,7 +172,7 @@ impl GpuMemoryGuard {
             peak_is_scoped: true,
             outcome: Outcome::at_exit(self.failed),
         };
-        finish(r.clone());
+        finish(r.clone(), self.start, Kind::GpuMemory);
         Some(r)
     }
 }

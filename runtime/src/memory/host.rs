@@ -6,7 +6,8 @@
 use std::convert::Infallible;
 use std::marker::PhantomData;
 
-use super::finish;
+use super::{finish, trace_start};
+use crate::trace::Kind;
 use super::peak::{Counter, Ticket, Tracker};
 use crate::Scope;
 use crate::report::{MemoryReport, Outcome};
@@ -67,6 +68,8 @@ impl HostMemory {
 pub struct HostMemoryGuard {
     name: &'static str,
     ticket: Option<Ticket>,
+    /// The clock at entry, while the trace records.
+    start: Option<u64>,
     failed: bool,
     _not_send: PhantomData<*const ()>,
 }
@@ -86,6 +89,16 @@ impl Scope for HostMemory {
     /// Never fails: where `/proc/self/status` can't be read, the exit hook
     /// hears why and the scope reports nothing.
     fn enter(&mut self) -> Result<HostMemoryGuard, Infallible> {
+        if !crate::report::is_enabled() {
+            return Ok(HostMemoryGuard {
+                name: self.name,
+                ticket: None,
+                start: None,
+                failed: false,
+                _not_send: PhantomData,
+            });
+        }
+        let start = trace_start();
         let ticket = TRACKER
             .enter(&Proc)
             .map_err(|r| crate::exit::report(format!("memory_scope({:?})", self.name), r))
@@ -93,6 +106,7 @@ impl Scope for HostMemory {
         Ok(HostMemoryGuard {
             name: self.name,
             ticket,
+            start,
             failed: false,
             _not_send: PhantomData,
         })
@@ -126,7 +140,7 @@ impl HostMemoryGuard {
             peak_is_scoped: t.scoped,
             outcome: Outcome::at_exit(self.failed),
         };
-        finish(r.clone());
+        finish(r.clone(), self.start, Kind::HostMemory);
         Some(r)
     }
 }

@@ -286,3 +286,29 @@ pub fn reset() {
     registry::clear_times();
     lock(&MEMORY).clear();
 }
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns measuring on or off, process-wide, at run time: while off,
+/// `timed` and the memory scopes read no clock or counter and record
+/// nothing (a load and a branch at entry and at exit). On by default.
+///
+/// ```
+/// tch_scope::report::set_enabled(false);
+/// tch_scope::scoped!(timed("doc_disabled") => ());
+/// tch_scope::report::set_enabled(true);
+/// assert!(tch_scope::report().timing("doc_disabled").is_none());
+/// ```
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether measuring is on (see [`set_enabled`]).
+///
+/// ```
+/// assert!(tch_scope::report::is_enabled());
+/// ```
+#[inline]
+pub fn is_enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
