@@ -190,5 +190,33 @@ fn modes(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, grad, others, modes);
+/// `no_grad, eval(model)` on a TorchScript model of 1000 modules
+/// (scripts/bench/deep_model.py; `make bench` exports it to
+/// target/bench/modules_1000.pt, or set TCH_SCOPE_DEEP_MODEL): the
+/// per-module cost of saving, switching and restoring every flag.
+fn deep_modes(c: &mut Criterion) {
+    let path = std::env::var_os("TCH_SCOPE_DEEP_MODEL").map_or_else(
+        || {
+            std::path::PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../target/bench/modules_1000.pt"
+            ))
+        },
+        std::path::PathBuf::from,
+    );
+    let Ok(model) = tch::CModule::load(&path) else {
+        eprintln!(
+            "no {} (scripts/bench/deep_model.py): skipping no_grad_eval_1000",
+            path.display()
+        );
+        return;
+    };
+    let mut g = c.benchmark_group("no_grad_eval_1000");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(no_grad, eval(model) => black_box(1)));
+    });
+    g.finish();
+}
+
+criterion_group!(benches, grad, others, modes, deep_modes);
 criterion_main!(benches);

@@ -31,8 +31,9 @@ impl Counter for Allocator {
     fn current(&self) -> Result<u64, String> {
         Ok(cuda::stats(self.0)?.allocated.max(0) as u64)
     }
-    fn peak(&self) -> Result<u64, String> {
-        Ok(cuda::stats(self.0)?.allocated_peak.max(0) as u64)
+    fn read(&self) -> Result<(u64, u64), String> {
+        let s = cuda::stats(self.0)?;
+        Ok((s.allocated.max(0) as u64, s.allocated_peak.max(0) as u64))
     }
     fn reset_peak(&self) -> Result<bool, String> {
         cuda::reset_peak(self.0).map(|()| true)
@@ -153,8 +154,9 @@ impl GpuMemoryGuard {
     fn close(&mut self) -> Option<MemoryReport> {
         let t = self.ticket.take()?;
         let a = Allocator(self.index);
-        let peak = tracker(self.index).exit(&a, &t).unwrap_or(t.at_entry);
-        let at_exit = a.current().unwrap_or(0);
+        let (peak, at_exit) = tracker(self.index)
+            .exit(&a, &t)
+            .unwrap_or_else(|_| (t.at_entry, a.current().unwrap_or(0)));
         // Read before emptying: what the scope made the cache hold.
         let reserved = cuda::stats(self.index)
             .ok()
