@@ -247,3 +247,109 @@ fn the_profile_scope_prints_nothing_on_a_cpu_machine() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr, "", "the profile scope printed to stderr");
 }
+
+/// A `tracing` subscriber that writes down, per thread, what a layer such
+/// as `tracing-chrome` or `tracing-tree` sees: spans entered and exited, and
+/// which span each event happened in.
+mod spans {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    #[derive(Default)]
+    pub struct Recorder {
+        next: AtomicU64,
+        /// (id, span name, its `name` field)
+        pub spans: Mutex<Vec<(u64, String, String)>>,
+        /// "enter <id>", "exit <id>", "event <message> in <id>"
+        pub log: Mutex<Vec<String>>,
+        stack: Mutex<Vec<u64>>,
+    }
+
+    struct Name<'a>(&'a mut String, &'static str);
+    impl Visit for Name<'_> {
+        fn record_debug(&mut self, f: &Field, v: &dyn std::fmt::Debug) {
+            if f.name() == self.1 {
+                *self.0 = format!("{v:?}").trim_matches('"').to_owned();
+            }
+        }
+        fn record_str(&mut self, f: &Field, v: &str) {
+            if f.name() == self.1 {
+                *self.0 = v.to_owned();
+            }
+        }
+    }
+
+    impl Subscriber for Recorder {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, a: &Attributes<'_>) -> Id {
+            let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+            let mut name = String::new();
+            a.record(&mut Name(&mut name, "name"));
+            let span = a.metadata().name().to_owned();
+            self.spans.lock().unwrap().push((id, span, name));
+            Id::from_u64(id)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, e: &Event<'_>) {
+            let mut message = String::new();
+            e.record(&mut Name(&mut message, "message"));
+            let within = self.stack.lock().unwrap().last().copied().unwrap_or(0);
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("event {message} in {within}"));
+        }
+        fn enter(&self, id: &Id) {
+            self.stack.lock().unwrap().push(id.into_u64());
+            self.log.lock().unwrap().push(format!("enter {}", id.into_u64()));
+        }
+        fn exit(&self, id: &Id) {
+            self.stack.lock().unwrap().pop();
+            self.log.lock().unwrap().push(format!("exit {}", id.into_u64()));
+        }
+    }
+}
+
+#[test]
+fn with_the_tracing_feature_scopes_are_nested_tracing_spans() {
+    let recorder = std::sync::Arc::new(spans::Recorder::default());
+    tracing::subscriber::with_default(recorder.clone(), || {
+        scoped!(timed("spans::outer"), record("spans::range") => {
+            scoped!(memory_scope("spans::memory") => ());
+        });
+    });
+    let spans = recorder.spans.lock().unwrap().clone();
+    let id = |name: &str| {
+        spans
+            .iter()
+            .find(|s| s.2 == name)
+            .unwrap_or_else(|| panic!("no span named {name}: {spans:?}"))
+            .0
+    };
+    let (outer, range, memory) = (id("spans::outer"), id("spans::range"), id("spans::memory"));
+    assert_eq!(
+        spans.iter().map(|s| s.1.as_str()).collect::<Vec<_>>(),
+        ["timed", "record", "memory_scope"]
+    );
+    let log = recorder.log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            format!("enter {outer}"),
+            format!("enter {range}"),
+            format!("enter {memory}"),
+            format!("event memory in {memory}"),
+            format!("exit {memory}"),
+            format!("exit {range}"),
+            format!("event timed in {outer}"),
+            format!("exit {outer}"),
+        ]
+    );
+}

@@ -94,6 +94,8 @@ pub struct GpuMemoryGuard {
     /// The clock at entry, while the trace records.
     start: Option<u64>,
     failed: bool,
+    #[cfg(feature = "tracing")]
+    _span: Option<tracing::span::EnteredSpan>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -120,6 +122,8 @@ impl Scope for GpuMemory {
                 ticket: None,
                 start: None,
                 failed: false,
+                #[cfg(feature = "tracing")]
+                _span: None,
                 _not_send: PhantomData,
             });
         }
@@ -134,6 +138,16 @@ impl Scope for GpuMemory {
             ticket: Some(ticket),
             start,
             failed: false,
+            #[cfg(feature = "tracing")]
+            _span: Some(
+                tracing::info_span!(
+                    target: "tch_scope",
+                    "gpu_memory_scope",
+                    name = self.name,
+                    device = index
+                )
+                .entered(),
+            ),
             _not_send: PhantomData,
         })
     }

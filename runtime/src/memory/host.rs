@@ -154,6 +154,8 @@ pub struct HostMemoryGuard {
     /// The clock at entry, while the trace records.
     start: Option<u64>,
     failed: bool,
+    #[cfg(feature = "tracing")]
+    _span: Option<tracing::span::EnteredSpan>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -178,6 +180,8 @@ impl Scope for HostMemory {
                 ticket: None,
                 start: None,
                 failed: false,
+                #[cfg(feature = "tracing")]
+                _span: None,
                 _not_send: PhantomData,
             });
         }
@@ -191,6 +195,10 @@ impl Scope for HostMemory {
             ticket,
             start,
             failed: false,
+            #[cfg(feature = "tracing")]
+            _span: Some(
+                tracing::info_span!(target: "tch_scope", "memory_scope", name = self.name).entered(),
+            ),
             _not_send: PhantomData,
         })
     }

@@ -3,7 +3,8 @@
 //! Every measurement goes to (a) a process-wide registry, read with
 //! [`report()`] as a table (`Display`) or as data (`serde::Serialize`);
 //! (b) a `tracing` event (target `tch_scope`) when the `tracing` feature is
-//! on; (c) the callback set with [`set_callback`], if any. Nothing prints by
+//! on, inside the scope's own `tracing` span (`timed`, `memory_scope`,
+//! `gpu_memory_scope`, and `record` too, entered and exited with the scope); (c) the callback set with [`set_callback`], if any. Nothing prints by
 //! default.
 
 mod histogram;

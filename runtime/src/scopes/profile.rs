@@ -163,6 +163,8 @@ pub struct RecordGuard {
     range: *mut c_void,
     /// The name and the clock at entry, while the trace records.
     span: Option<(&'static &'static str, u64)>,
+    #[cfg(feature = "tracing")]
+    _tracing: tracing::span::EnteredSpan,
 }
 
 impl Scope for Record {
@@ -181,7 +183,17 @@ impl Scope for Record {
         }
         let span = trace::recording()
             .then(|| (trace::intern(&name.to_string_lossy()), clock::now()));
-        Ok(RecordGuard { range, span })
+        Ok(RecordGuard {
+            range,
+            span,
+            #[cfg(feature = "tracing")]
+            _tracing: tracing::info_span!(
+                target: "tch_scope",
+                "record",
+                name = %name.to_string_lossy()
+            )
+            .entered(),
+        })
     }
 }
 
