@@ -93,7 +93,11 @@ def main():
     warnings.simplefilter("ignore")  # detect_anomaly warns on every entry
     torch.set_num_threads(torch.get_num_threads())
     model = torch.jit.load(str(MODEL))
+    # argv[2]: the 1000-module model (deep_model.py), if exported.
+    deep_path = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
+    deep = torch.jit.load(str(deep_path)) if deep_path and deep_path.exists() else None
     env = {
+        "deep": deep,
         "torch": torch,
         "model": model,
         "Timer": Timer,
@@ -119,6 +123,8 @@ def main():
         "train": "TrainMode(model)",
         "no_grad_eval": "torch.no_grad(), EvalMode(model)",
     }
+    if deep is not None:
+        cases["no_grad_eval_1000"] = "torch.no_grad(), EvalMode(deep)"
     results = {}
     for word, cm in cases.items():
         t = timeit.Timer(f"with {cm}:\n    pass", globals=env)
