@@ -14,7 +14,8 @@ use tch_scope::{scoped, timed, trace};
 
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn temp(name: &str) -> PathBuf {
@@ -86,10 +87,16 @@ fn nested_timed_functions_nest_in_the_written_trace() {
     let root = named(&x, "trace::root");
     let middle = named(&x, "trace::middle");
     let leaves = named(&x, "trace::leaf");
-    assert_eq!((root.len(), middle.len(), leaves.len()), (1, 1, 3), "{x:#?}");
+    assert_eq!(
+        (root.len(), middle.len(), leaves.len()),
+        (1, 1, 3),
+        "{x:#?}"
+    );
     let (root, middle) = (root[0], middle[0]);
-    let (mine, theirs): (Vec<&Value>, Vec<&Value>) =
-        leaves.iter().copied().partition(|l| l["tid"] == root["tid"]);
+    let (mine, theirs): (Vec<&Value>, Vec<&Value>) = leaves
+        .iter()
+        .copied()
+        .partition(|l| l["tid"] == root["tid"]);
     assert_eq!((mine.len(), theirs.len()), (2, 1));
     assert!(inside(middle, root));
     for l in &mine {
@@ -242,7 +249,11 @@ fn the_profile_scope_prints_nothing_on_a_cpu_machine() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    assert!(std::fs::read_to_string(&path).unwrap().contains("aten::matmul"));
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("aten::matmul")
+    );
     std::fs::remove_file(&path).unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr, "", "the profile scope printed to stderr");
@@ -308,11 +319,17 @@ mod spans {
         }
         fn enter(&self, id: &Id) {
             self.stack.lock().unwrap().push(id.into_u64());
-            self.log.lock().unwrap().push(format!("enter {}", id.into_u64()));
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("enter {}", id.into_u64()));
         }
         fn exit(&self, id: &Id) {
             self.stack.lock().unwrap().pop();
-            self.log.lock().unwrap().push(format!("exit {}", id.into_u64()));
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("exit {}", id.into_u64()));
         }
     }
 }

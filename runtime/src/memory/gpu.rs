@@ -7,11 +7,11 @@ use std::sync::OnceLock;
 
 use tch::Device;
 
-use super::{finish, trace_start};
-use crate::trace::Kind;
 use super::peak::{Counter, Ticket, Tracker};
+use super::{finish, trace_start};
 use crate::cuda;
 use crate::report::{MemoryReport, Outcome};
+use crate::trace::Kind;
 use crate::{Scope, ScopeError};
 
 /// One tracker per CUDA device (peaks are per device).

@@ -181,8 +181,8 @@ impl Scope for Record {
             crate::exit::report(format!("record({:?})", self.name.to_string_lossy()), e);
             range = std::ptr::null_mut();
         }
-        let span = trace::recording()
-            .then(|| (trace::intern(&name.to_string_lossy()), clock::now()));
+        let span =
+            trace::recording().then(|| (trace::intern(&name.to_string_lossy()), clock::now()));
         Ok(RecordGuard {
             range,
             span,

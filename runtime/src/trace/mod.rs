@@ -117,7 +117,7 @@ extern "C" fn write_at_exit() {
     };
     stop();
     // No thread-locals here: the main thread's are gone by now.
-    if let Err(e) = write_chrome(&path) {
+    if let Err(e) = write_chrome(path) {
         eprintln!(
             "tch-scope: could not write the trace TCH_SCOPE_TRACE={}: {e}",
             Path::new(&path).display()
