@@ -144,6 +144,12 @@ def scope_table():
     return rows, extra, met, missed
 
 
+def cell(v):
+    """ns() with its unit: "12.9 µs" stays, "2.2" becomes "2.2 ns"."""
+    t = ns(v)
+    return t if t.endswith("µs") or t == "—" else t + " ns"
+
+
 def floor_table():
     """Issue 18's floors, each from this one run."""
     py = load("python.json") or {}
@@ -166,19 +172,19 @@ def floor_table():
 
     if traced is not None and clock2 is not None:
         r = traced / clock2
-        rows.append(f"| `timed`, trace recording | {ns(traced)} ns | 2 × `Instant::now()` {ns(clock2)} ns | "
+        rows.append(f"| `timed`, trace recording | {cell(traced)} | 2 × `Instant::now()` {cell(clock2)} | "
                     f"{r:.2f}× | ≤ 0.75× {goal(r <= 0.75, f'timed traced ≤ 0.75× two Instant::now() ({r:.2f}×)')} |")
     if off is not None:
         net = off - (empty or 0)
-        rows.append(f"| `timed`, `report::set_enabled(false)` | {ns(off)} ns | the empty loop {ns(empty)} ns | "
+        rows.append(f"| `timed`, `report::set_enabled(false)` | {cell(off)} | the empty loop {cell(empty)} | "
                     f"+{net:.1f} ns | ≤ 2 ns {goal(off <= 2.0, f'switched-off scope ≤ 2 ns ({off:.1f} ns)')} |")
     if deep is not None:
         r = deep_py / deep if isinstance(deep_py, (int, float)) else None
-        rows.append(f"| `no_grad, eval(model)`, 1000 modules ⁶ | {ns(deep)} ns | PyTorch Python "
-                    f"{ns(deep_py if r else None)} ns | {ratio(deep_py if r else None, deep)} | ≥ 200× "
+        rows.append(f"| `no_grad, eval(model)`, 1000 modules ⁶ | {cell(deep)} | PyTorch Python "
+                    f"{cell(deep_py if r else None)} | {ratio(deep_py if r else None, deep)} | ≥ 200× "
                     + (goal(r >= 200, f"eval 1000 modules ≥ 200× Python ({r:,.0f}×)") if r else "") + " |")
     if mem is not None:
-        rows.append(f"| `memory_scope` | {ns(mem)} ns | 10 µs | {mem / 10_000:.2f}× | ≤ 1× "
+        rows.append(f"| `memory_scope` | {cell(mem)} | 10 µs | {mem / 10_000:.2f}× | ≤ 1× "
                     f"{goal(mem <= 10_000, f'memory_scope ≤ 10 µs ({mem / 1000:.1f} µs)')} |")
     return rows, met, missed
 
