@@ -7,6 +7,8 @@
 //! `ScopeError`, not a crash. Steps are `timed`, a large forward pass sits
 //! in a `memory_scope`, `seed` makes a draw reproducible, `checkpoint` saves
 //! on exit, and the report table of every measurement is printed at the end.
+//! The whole run is recorded as a timeline (`tch_scope::trace`) and written
+//! to `target/demo-trace.json`, which Perfetto and `chrome://tracing` open.
 
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
@@ -27,6 +29,8 @@ fn predict(model: &impl Module, x: f64) -> f64 {
 }
 
 fn main() {
+    // Every span of `timed`, `record` and the memory scopes from here on.
+    tch_scope::trace::start();
     tch::manual_seed(0);
     let data = |n: i64| {
         let x = Tensor::randn([n, 1], (Kind::Float, Device::Cpu));
@@ -43,10 +47,10 @@ fn main() {
     println!("epoch  train_loss  val_loss  (grad mode during validation)");
     for epoch in 1..=20 {
         let loss = scoped!(timed("demo::train_step") => {
-            let loss = model
+            let loss = scoped!(record("demo::forward") => model
                 .forward(&train_x)
-                .mse_loss(&train_y, tch::Reduction::Mean);
-            opt.backward_step(&loss);
+                .mse_loss(&train_y, tch::Reduction::Mean));
+            scoped!(record("demo::backward_step") => opt.backward_step(&loss));
             loss
         });
         let val = validation_loss(&model, &val_x, &val_y);
@@ -117,4 +121,15 @@ fn main() {
 
     // Every `timed` and memory measurement, per name.
     println!("\n{}", tch_scope::report());
+
+    // The timeline: each span on its thread, nested as the scopes were.
+    tch_scope::trace::stop();
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/demo-trace.json");
+    match tch_scope::trace::write_chrome(&trace) {
+        Ok(()) => println!(
+            "timeline: {} (open it at https://ui.perfetto.dev, or in chrome://tracing)",
+            trace.canonicalize().unwrap_or(trace).display()
+        ),
+        Err(e) => println!("timeline: could not write {}: {e}", trace.display()),
+    }
 }

@@ -68,6 +68,24 @@ fn others(c: &mut Criterion) {
     g.bench_function("tch_scope", |b| {
         b.iter(|| scoped!(timed => black_box(1)));
     });
+    // Issue 18: with the timeline recording every span (the ring buffer
+    // wraps, so the cost is steady), and with measuring switched off.
+    g.bench_function("tch_scope_traced", |b| {
+        tch_scope::trace::set_capacity(1 << 16);
+        tch_scope::trace::start();
+        b.iter(|| scoped!(timed => black_box(1)));
+        tch_scope::trace::stop();
+        tch_scope::trace::set_capacity(1 << 20);
+    });
+    g.bench_function("tch_scope_disabled", |b| {
+        tch_scope::report::set_enabled(false);
+        b.iter(|| scoped!(timed => black_box(1)));
+        tch_scope::report::set_enabled(true);
+    });
+    // The loop alone, to read the switched-off scope's own cost.
+    g.bench_function("empty", |b| {
+        b.iter(|| black_box(1));
+    });
     g.bench_function("instant_x2", |b| {
         b.iter(|| {
             let t = Instant::now();
@@ -231,5 +249,34 @@ fn deadline(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, grad, others, modes, deadline);
+
+/// `no_grad, eval(model)` on a TorchScript model of 1000 modules
+/// (scripts/bench/deep_model.py; `make bench` exports it to
+/// target/bench/modules_1000.pt, or set TCH_SCOPE_DEEP_MODEL): the
+/// per-module cost of saving, switching and restoring every flag.
+fn deep_modes(c: &mut Criterion) {
+    let path = std::env::var_os("TCH_SCOPE_DEEP_MODEL").map_or_else(
+        || {
+            std::path::PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../target/bench/modules_1000.pt"
+            ))
+        },
+        std::path::PathBuf::from,
+    );
+    let Ok(model) = tch::CModule::load(&path) else {
+        eprintln!(
+            "no {} (scripts/bench/deep_model.py): skipping no_grad_eval_1000",
+            path.display()
+        );
+        return;
+    };
+    let mut g = c.benchmark_group("no_grad_eval_1000");
+    g.bench_function("tch_scope", |b| {
+        b.iter(|| scoped!(no_grad, eval(model) => black_box(1)));
+    });
+    g.finish();
+}
+
+criterion_group!(benches, grad, others, modes, deadline, deep_modes);
 criterion_main!(benches);

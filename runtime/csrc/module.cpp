@@ -5,19 +5,24 @@
 // saved per module, in modules() order (the module itself first, then its
 // submodules depth-first), and put back one module at a time.
 //
-// The modules are found by walking the object graph directly (each module's
-// c10::ivalue::Object and the slots its ClassType marks as modules), in the
-// order modules() visits them: modules() itself copies a Module (building a
-// c10::Dict) at every step, and costs microseconds. A scope walks once, on
-// entry: tch_scope_module_enter keeps the list of (object, slot, old flag),
-// with strong references to the objects, in a handle that the Rust guard
-// owns and hands to tch_scope_module_leave, then frees. The same handle is
-// what Trainable::modes() returns for a module: restoring puts each flag
-// back on the object it was read from.
+// The floor of a mode switch is one flag write per module, so the walk does
+// no per-module lookup by name and no reference counting: what a module's
+// class says (the index of its "training" slot, which slots hold submodules
+// and their classes) is worked out once per class and kept (`Info`, with a
+// reference to the class, never to a module); the walk follows the object
+// graph with raw pointers from the root, which the saved handle holds a
+// strong reference to. Restoring walks again from the root and writes only
+// modules still reachable there, so a submodule swapped out meanwhile (and
+// maybe freed) is never touched, and one swapped in is left alone.
+// modules() itself copies a Module (building a c10::Dict) at every step,
+// and costs microseconds.
 #include <memory>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <torch/csrc/jit/api/module.h>
@@ -26,57 +31,156 @@
 
 namespace {
 
+using Object = c10::ivalue::Object;
+
 // Mode changes made through tch-scope are serialized: two threads entering
-// scopes on one shared module must not write the same slots at once.
+// scopes on one shared module must not write the same slots at once. The
+// class cache below is guarded by the same lock.
 std::mutex& mode_lock() {
   static std::mutex m;
   return m;
 }
 
-// Each module's object (a strong reference: it can't go away while held),
-// the index of its "training" slot, and (in a Saved) its flag on entry.
-struct Flag {
-  c10::intrusive_ptr<c10::ivalue::Object> obj;
-  size_t slot;
-  bool was = false;
+// What one module class says, worked out once: its "training" slot, and its
+// submodule slots with their classes.
+struct Info {
+  c10::TypePtr keep;  // keeps the class, and so the cache key, alive
+  size_t attrs = 0;   // the class's attribute count when worked out
+  size_t training = 0;
+  std::vector<std::pair<size_t, Info*>> children;
+  size_t modules_seen = 16;  // a reserve hint, for a root
 };
+
+std::unordered_map<const c10::ClassType*, Info>& infos() {
+  static auto* m = new std::unordered_map<const c10::ClassType*, Info>();
+  return *m;
+}
 
 const std::string& training_name() {
   static const std::string name("training");
   return name;
 }
 
+// The class's Info, worked out again if attributes were added since.
+// Entries are never erased, so Info pointers stay valid.
+Info& info(const c10::TypePtr& t) {
+  const auto* ct = t->castRaw<c10::ClassType>();
+  if (!ct) throw std::runtime_error("a submodule is not a class object");
+  auto& m = infos();
+  auto it = m.find(ct);
+  if (it != m.end() && it->second.attrs == ct->numAttributes()) return it->second;
+  Info in;
+  in.keep = t;
+  in.attrs = ct->numAttributes();
+  auto slot = ct->findAttributeSlot(training_name());
+  if (!slot) throw std::runtime_error("a submodule has no `training` attribute");
+  in.training = *slot;
+  for (size_t i = 0; i < in.attrs; ++i) {
+    const c10::TypePtr& a = ct->getAttribute(i);
+    if (a->is_module()) in.children.emplace_back(i, &info(a));
+  }
+  Info& kept = m[ct];
+  in.modules_seen = kept.modules_seen;
+  kept = std::move(in);
+  return kept;
+}
+
+[[gnu::noinline]] Info* recheck(Object* obj) {
+  Info* in = &info(c10::TypePtr(obj->type()));
+  if (obj->slots().size() < in->attrs || !obj->getSlot(in->training).isBool())
+    throw std::runtime_error("a submodule's `training` attribute is not a bool");
+  return in;
+}
+
+// A module's Info, checked against the object: the class a slot declares
+// is the class of the module in it, but an object whose class grew
+// attributes since (or any mismatch) gets its own class looked at.
+inline Info* checked(Object* obj, Info* in) {
+  if (obj->slots().size() != in->attrs || !obj->getSlot(in->training).isBool()) [[unlikely]]
+    return recheck(obj);
+  return in;
+}
+
+// Writes a bool into a slot that holds a bool (`checked` made sure). The
+// old value is swapped into storage whose destructor is never run: a Bool
+// IValue owns nothing, and skipping IValue's out-of-line destroy() halves
+// the cost of a flag write.
+inline void set_bool(Object* obj, size_t slot, bool on) {
+  alignas(c10::IValue) unsigned char storage[sizeof(c10::IValue)];
+  auto* v = new (storage) c10::IValue(on);
+  const_cast<c10::IValue&>(obj->getSlot(slot)).swap(*v);
+}
+
+// One module's flag on entry.
+struct Flag {
+  Object* obj;
+  bool was;
+};
+
 // Appends `obj` and its submodules, depth-first pre-order: the order of
 // Module::modules() (slot_iterator_impl: the module itself, then each slot
-// whose type is a module, recursively, in slot order).
-void collect(c10::intrusive_ptr<c10::ivalue::Object> obj, std::vector<Flag>& out) {
-  const std::shared_ptr<c10::ClassType> type = obj->type();
-  auto slot = type->findAttributeSlot(training_name());
-  if (!slot) throw std::runtime_error("a submodule has no `training` attribute");
-  const size_t at = out.size();
-  out.push_back({std::move(obj), *slot});
-  const size_t n = type->numAttributes();
-  for (size_t i = 0; i < n; ++i) {
-    if (!type->getAttribute(i)->is_module()) continue;
-    const c10::IValue& v = out[at].obj->getSlot(i);
+// whose type is a module, recursively, in slot order); with `set`, writes
+// `on` into each.
+void walk(Object* obj, Info* in, std::vector<Flag>& out, bool set, bool on) {
+  in = checked(obj, in);
+  out.push_back({obj, obj->getSlot(in->training).toBool()});
+  if (set) set_bool(obj, in->training, on);
+  for (const auto& [slot, child] : in->children) {
+    const c10::IValue& v = obj->getSlot(slot);
     if (!v.isObject()) throw std::runtime_error("a submodule slot holds no module");
-    collect(v.toObject(), out);
+    walk(&v.toObjectRef(), child, out, set, on);
   }
 }
 
-std::vector<Flag> flags(const torch::jit::Module& root) {
-  std::vector<Flag> out;
-  out.reserve(16);
-  collect(root._ivalue(), out);
-  return out;
-}
-
-bool flag(const Flag& f) { return f.obj->getSlot(f.slot).toBool(); }
-
 // What tch_scope_module_enter saved, for tch_scope_module_leave.
 struct Saved {
+  c10::intrusive_ptr<Object> root;  // keeps the walk's starting point alive
+  Info* root_info;
   std::vector<Flag> flags;
 };
+
+std::unique_ptr<Saved> save(void* module, bool set, bool on) {
+  auto s = std::make_unique<Saved>();
+  s->root = static_cast<torch::jit::Module*>(module)->_ivalue();
+  s->root_info = &info(c10::TypePtr(s->root->type()));
+  s->flags.reserve(s->root_info->modules_seen);
+  walk(s->root.get(), s->root_info, s->flags, set, on);
+  s->root_info->modules_seen = s->flags.size();
+  return s;
+}
+
+// Restores the flags of the modules still where they were, in modules()
+// order; returns false at the first that is not (then `restore_moved`).
+bool restore_in_place(Object* obj, Info* in, const std::vector<Flag>& flags, size_t& k) {
+  in = checked(obj, in);
+  if (k >= flags.size() || flags[k].obj != obj) return false;
+  set_bool(obj, in->training, flags[k++].was);
+  for (const auto& [slot, child] : in->children) {
+    const c10::IValue& v = obj->getSlot(slot);
+    if (!v.isObject()) throw std::runtime_error("a submodule slot holds no module");
+    if (!restore_in_place(&v.toObjectRef(), child, flags, k)) return false;
+  }
+  return true;
+}
+
+// The model changed shape: each module reachable now gets its own saved
+// flag back, if it had one.
+void restore_moved(Object* obj, Info* in, const std::unordered_map<Object*, bool>& was) {
+  in = checked(obj, in);
+  if (auto it = was.find(obj); it != was.end()) set_bool(obj, in->training, it->second);
+  for (const auto& [slot, child] : in->children) {
+    const c10::IValue& v = obj->getSlot(slot);
+    if (v.isObject()) restore_moved(&v.toObjectRef(), child, was);
+  }
+}
+
+void restore(const Saved& s) {
+  size_t k = 0;
+  if (restore_in_place(s.root.get(), s.root_info, s.flags, k) && k == s.flags.size()) return;
+  std::unordered_map<Object*, bool> was;
+  for (const Flag& f : s.flags) was.emplace(f.obj, f.was);
+  restore_moved(s.root.get(), s.root_info, was);
+}
 
 }  // namespace
 
@@ -85,21 +189,14 @@ extern "C" {
 tch_scope_status tch_scope_module_save(void* module, void** saved) {
   return tch_scope::guarded([&] {
     std::lock_guard<std::mutex> lock(mode_lock());
-    auto s = std::make_unique<Saved>();
-    s->flags = flags(*static_cast<torch::jit::Module*>(module));
-    for (Flag& f : s->flags) f.was = flag(f);
-    *saved = s.release();
+    *saved = save(module, false, false).release();
   });
 }
 
 tch_scope_status tch_scope_module_enter(void* module, bool on, void** saved) {
   return tch_scope::guarded([&] {
     std::lock_guard<std::mutex> lock(mode_lock());
-    auto s = std::make_unique<Saved>();
-    s->flags = flags(*static_cast<torch::jit::Module*>(module));
-    for (Flag& f : s->flags) f.was = flag(f);
-    for (Flag& f : s->flags) f.obj->setSlot(f.slot, on);
-    *saved = s.release();
+    *saved = save(module, true, on).release();
   });
 }
 
@@ -113,7 +210,7 @@ tch_scope_status tch_scope_module_set_training(void* module, bool on) {
 tch_scope_status tch_scope_module_leave(const void* saved) {
   return tch_scope::guarded([&] {
     std::lock_guard<std::mutex> lock(mode_lock());
-    for (const Flag& f : static_cast<const Saved*>(saved)->flags) f.obj->setSlot(f.slot, f.was);
+    restore(*static_cast<const Saved*>(saved));
   });
 }
 
@@ -123,6 +220,6 @@ size_t tch_scope_module_saved_modes(const void* saved, uint8_t* out, size_t cap)
   return flags.size();
 }
 
-void tch_scope_module_saved_free(void* saved) { delete static_cast<Saved*>(saved); }
+void tch_scope_module_saved_free(void* saved) { delete static_cast<const Saved*>(saved); }
 
 }  // extern "C"

@@ -6,6 +6,8 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/profiler/stubs/base.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <set>
 #include <string>
@@ -36,6 +38,40 @@ const torch::profiler::impl::ProfilerStubs* nvtx() {
 
 }  // namespace
 
+// Kineto's log threshold (libkineto/include/Logger.h, exported by
+// libtorch_cpu; the wheel ships no Kineto headers). Its levels run VERBOSE 0
+// .. USDT 5; 6 is above all of them.
+namespace libkineto {
+class Logger {
+ public:
+  static std::atomic_int severityLevel_;
+};
+}  // namespace libkineto
+
+namespace {
+
+constexpr int kKinetoSilent = 6;
+// The threshold before a CPU-only session quieted it; -1: untouched.
+int kineto_level_before = -1;
+
+// On a machine without CUDA, Kineto logs "gpuGetDeviceCount failed with
+// code 35" (an ERROR) and USDT start/stop lines for every session: noise
+// for a CPU-only profile. Quieted for the session only, after
+// prepareProfiler (whose first call initializes Kineto and sets the
+// threshold), and never when the user chose one with KINETO_LOG_LEVEL.
+void quiet_kineto(bool cuda) {
+  if (cuda || std::getenv("KINETO_LOG_LEVEL") != nullptr) return;
+  kineto_level_before = libkineto::Logger::severityLevel_.exchange(kKinetoSilent);
+}
+
+void restore_kineto() {
+  if (kineto_level_before < 0) return;
+  libkineto::Logger::severityLevel_.store(kineto_level_before);
+  kineto_level_before = -1;
+}
+
+}  // namespace
+
 extern "C" {
 
 int32_t tch_scope_profile_start(bool cuda) {
@@ -44,12 +80,21 @@ int32_t tch_scope_profile_start(bool cuda) {
     std::set<ActivityType> activities{ActivityType::CPU};
     if (cuda) activities.insert(ActivityType::CUDA);
     prof::prepareProfiler(config, activities);
-    prof::enableProfiler(config, activities);
+    quiet_kineto(cuda);
+    try {
+      prof::enableProfiler(config, activities);
+    } catch (...) {
+      restore_kineto();
+      throw;
+    }
   });
 }
 
 int32_t tch_scope_profile_stop(const char* path) {
   return tch_scope::guarded([&] {
+    struct Restore {
+      ~Restore() { restore_kineto(); }
+    } restore;
     auto result = prof::disableProfiler();
     if (!result) throw std::runtime_error("the profiler returned no result");
     result->save(path);

@@ -112,6 +112,7 @@
 #![cfg_attr(not(feature = "distributed"), allow(rustdoc::broken_intra_doc_links))]
 #![warn(missing_docs)]
 
+mod clock;
 pub mod cuda;
 mod durable;
 mod error;
@@ -125,6 +126,7 @@ mod scope;
 mod scopes;
 mod stack;
 mod thread_state;
+pub mod trace;
 
 #[cfg(feature = "distributed")]
 pub mod dist;

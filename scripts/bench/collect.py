@@ -160,6 +160,51 @@ def deadline_op():
             "per operator; the deep-MLP row `deadline` below shows it on a real forward).")
 
 
+def cell(v):
+    """ns() with its unit: "12.9 µs" stays, "2.2" becomes "2.2 ns"."""
+    t = ns(v)
+    return t if t.endswith("µs") or t == "—" else t + " ns"
+
+
+def floor_table():
+    """Issue 18's floors, each from this one run."""
+    py = load("python.json") or {}
+    traced = criterion("timed", "tch_scope_traced")
+    clock2 = criterion("timed", "instant_x2")
+    off = criterion("timed", "tch_scope_disabled")
+    empty = criterion("timed", "empty")
+    deep = criterion("no_grad_eval_1000", "tch_scope")
+    deep_py = py.get("no_grad_eval_1000")
+    mem = criterion("memory_scope", "tch_scope")
+    rows = [
+        "| floor | measured | against | ratio | target |",
+        "|---|--:|--:|--:|---|",
+    ]
+    met, missed = [], []
+
+    def goal(ok, text):
+        (met if ok else missed).append(text)
+        return "✅" if ok else "❌"
+
+    if traced is not None and clock2 is not None:
+        r = traced / clock2
+        rows.append(f"| `timed`, trace recording | {cell(traced)} | 2 × `Instant::now()` {cell(clock2)} | "
+                    f"{r:.2f}× | ≤ 0.75× {goal(r <= 0.75, f'timed traced ≤ 0.75× two Instant::now() ({r:.2f}×)')} |")
+    if off is not None:
+        net = off - (empty or 0)
+        rows.append(f"| `timed`, `report::set_enabled(false)` | {cell(off)} | the empty loop {cell(empty)} | "
+                    f"+{net:.1f} ns | ≤ 2 ns {goal(off <= 2.0, f'switched-off scope ≤ 2 ns ({off:.1f} ns)')} |")
+    if deep is not None:
+        r = deep_py / deep if isinstance(deep_py, (int, float)) else None
+        rows.append(f"| `no_grad, eval(model)`, 1000 modules ⁷ | {cell(deep)} | PyTorch Python "
+                    f"{cell(deep_py if r else None)} | {ratio(deep_py if r else None, deep)} | ≥ 200× "
+                    + (goal(r >= 200, f"eval 1000 modules ≥ 200× Python ({r:,.0f}×)") if r else "") + " |")
+    if mem is not None:
+        rows.append(f"| `memory_scope` | {cell(mem)} | 10 µs | {mem / 10_000:.2f}× | ≤ 1× "
+                    f"{goal(mem <= 10_000, f'memory_scope ≤ 10 µs ({mem / 1000:.1f} µs)')} |")
+    return rows, met, missed
+
+
 def mlp_table():
     runs = []
     try:
@@ -266,6 +311,16 @@ def main():
     op = deadline_op()
     if op:
         out += [op, ""]
+    frows, fmet, fmissed = floor_table()
+    if len(frows) > 2:
+        out += ["Floors (issue 18), each a ratio of two numbers from this run:", ""] + frows + [
+            "",
+            "⁷ scripts/bench/deep_model.py: a TorchScript Sequential of 333 blocks (Linear + ReLU), "
+            "1000 modules, in training mode; Python: `torch.no_grad()` + the eval helper.",
+            "",
+        ]
+        met += fmet
+        missed += fmissed
     mrows, mhead = mlp_table()
     if mrows:
         out += [mhead, ""] + mrows + [""]

@@ -143,7 +143,11 @@ def main():
     warnings.simplefilter("ignore")  # detect_anomaly warns on every entry
     torch.set_num_threads(torch.get_num_threads())
     model = torch.jit.load(str(MODEL))
+    # argv[2]: the 1000-module model (deep_model.py), if exported.
+    deep_path = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
+    deep = torch.jit.load(str(deep_path)) if deep_path and deep_path.exists() else None
     env = {
+        "deep": deep,
         "torch": torch,
         "model": model,
         "Timer": Timer,
@@ -180,6 +184,8 @@ def main():
         "inference_mode_false": "torch.inference_mode(False)",
         "deadline": "Alarm(3600)",
     }
+    if deep is not None:
+        cases["no_grad_eval_1000"] = "torch.no_grad(), EvalMode(deep)"
     results = {}
     for word, cm in cases.items():
         stmt = f"with {cm}:\n    pass"

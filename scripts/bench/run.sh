@@ -6,6 +6,8 @@
 #   3. PyTorch Python's context managers (python_scopes.py)
 #   4. the deep-MLP workload, each variant in its own process, Rust and Python
 #   5. compile cost of the macros (compile_cost.py; slow on its first run)
+# and issue 18's floors: timed with the trace on, a switched-off report,
+# no_grad + eval on a 1000-module model (deep_model.py), memory_scope.
 # Steps run one after another so they don't compete for the cores.
 # Benchmarks report; nothing here fails on a missed target.
 set -euo pipefail
@@ -19,7 +21,7 @@ MEASURE="${BENCH_MEASURE:-2}"
 say() { echo "bench: $*" >&2; }
 
 mkdir -p "$OUT"
-rm -f "$OUT"/*.json "$OUT"/*.jsonl
+rm -f "$OUT"/*.json "$OUT"/*.jsonl "$OUT"/modules_1000.pt
 cat /proc/loadavg >"$OUT/loadavg-start"
 
 say "building the benches"
@@ -36,6 +38,13 @@ else
   say "no g++: skipping libtorch's C++ guards"
 fi
 
+# The 1000-module TorchScript model of the `no_grad, eval(model)` floor
+# (issue 18), for criterion and for Python alike.
+if [ -x "$PY" ]; then
+  say "exporting the 1000-module model"
+  "$PY" -W ignore scripts/bench/deep_model.py "$OUT/modules_1000.pt"
+fi
+
 say "criterion (scopes)"
 export CRITERION_HOME="$PWD/$OUT/criterion"
 rm -rf "$CRITERION_HOME"
@@ -45,7 +54,7 @@ rm -rf "$CRITERION_HOME"
 
 if [ -x "$PY" ]; then
   say "PyTorch Python context managers"
-  "$PY" -W ignore scripts/bench/python_scopes.py "$OUT/python.json"
+  "$PY" -W ignore scripts/bench/python_scopes.py "$OUT/python.json" "$OUT/modules_1000.pt"
 else
   say "no $PY (make libtorch installs it): no Python columns"
 fi

@@ -7,10 +7,11 @@ use std::sync::OnceLock;
 
 use tch::Device;
 
-use super::finish;
 use super::peak::{Counter, Ticket, Tracker};
+use super::{finish, trace_start};
 use crate::cuda;
 use crate::report::{MemoryReport, Outcome};
+use crate::trace::Kind;
 use crate::{Scope, ScopeError};
 
 /// One tracker per CUDA device (peaks are per device).
@@ -30,8 +31,9 @@ impl Counter for Allocator {
     fn current(&self) -> Result<u64, String> {
         Ok(cuda::stats(self.0)?.allocated.max(0) as u64)
     }
-    fn peak(&self) -> Result<u64, String> {
-        Ok(cuda::stats(self.0)?.allocated_peak.max(0) as u64)
+    fn read(&self) -> Result<(u64, u64), String> {
+        let s = cuda::stats(self.0)?;
+        Ok((s.allocated.max(0) as u64, s.allocated_peak.max(0) as u64))
     }
     fn reset_peak(&self) -> Result<bool, String> {
         cuda::reset_peak(self.0).map(|()| true)
@@ -89,7 +91,11 @@ pub struct GpuMemoryGuard {
     scope: GpuMemory,
     index: i32,
     ticket: Option<Ticket>,
+    /// The clock at entry, while the trace records.
+    start: Option<u64>,
     failed: bool,
+    #[cfg(feature = "tracing")]
+    _span: Option<tracing::span::EnteredSpan>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -117,6 +123,19 @@ impl Scope for GpuMemory {
         let name = format!("gpu_memory_scope(device = {})", self.device);
         let index = cuda::require(&name, self.device)?;
         let fail = |r: String| ScopeError::new(name.clone(), Some(Device::Cuda(self.device)), r);
+        if !crate::report::is_enabled() {
+            return Ok(GpuMemoryGuard {
+                scope: *self,
+                index,
+                ticket: None,
+                start: None,
+                failed: false,
+                #[cfg(feature = "tracing")]
+                _span: None,
+                _not_send: PhantomData,
+            });
+        }
+        let start = trace_start();
         if self.empty_cache {
             cuda::empty_cache().map_err(fail)?;
         }
@@ -125,7 +144,18 @@ impl Scope for GpuMemory {
             scope: *self,
             index,
             ticket: Some(ticket),
+            start,
             failed: false,
+            #[cfg(feature = "tracing")]
+            _span: Some(
+                tracing::info_span!(
+                    target: "tch_scope",
+                    "gpu_memory_scope",
+                    name = self.name,
+                    device = index
+                )
+                .entered(),
+            ),
             _not_send: PhantomData,
         })
     }
@@ -146,8 +176,9 @@ impl GpuMemoryGuard {
     fn close(&mut self) -> Option<MemoryReport> {
         let t = self.ticket.take()?;
         let a = Allocator(self.index);
-        let peak = tracker(self.index).exit(&a, &t).unwrap_or(t.at_entry);
-        let at_exit = a.current().unwrap_or(0);
+        let (peak, at_exit) = tracker(self.index)
+            .exit(&a, &t)
+            .unwrap_or_else(|_| (t.at_entry, a.current().unwrap_or(0)));
         // Read before emptying: what the scope made the cache hold.
         let reserved = cuda::stats(self.index)
             .ok()
@@ -169,7 +200,7 @@ impl GpuMemoryGuard {
                 Outcome::Completed
             }),
         };
-        finish(r.clone());
+        finish(r.clone(), self.start, Kind::GpuMemory);
         Some(r)
     }
 }

@@ -19,6 +19,7 @@ pub use gpu::{GpuMemory, GpuMemoryGuard};
 pub use host::{HostMemory, HostMemoryGuard};
 
 use crate::report::{self, Measurement, MemoryReport};
+use crate::trace::{self, Kind, Span};
 
 thread_local! {
     static LAST: RefCell<Option<MemoryReport>> = const { RefCell::new(None) };
@@ -40,8 +41,24 @@ pub fn last_memory_report() -> Option<MemoryReport> {
     LAST.with(|l| l.borrow().clone())
 }
 
-/// Sends a finished report everywhere it goes.
-fn finish(r: MemoryReport) {
+/// The clock at entry, if the trace records.
+fn trace_start() -> Option<u64> {
+    trace::recording().then(crate::clock::now)
+}
+
+/// Sends a finished report everywhere it goes (the trace too, if the
+/// scope was entered while it recorded).
+fn finish(r: MemoryReport, start: Option<u64>, kind: Kind) {
+    if let Some(start) = start {
+        trace::push(&Span {
+            kind,
+            name: trace::intern(r.name),
+            start,
+            end: crate::clock::now(),
+            outcome: r.outcome,
+            bytes: [r.at_entry, r.at_exit, r.peak],
+        });
+    }
     report::record_memory(&r);
     report::publish(|| Measurement::Memory(r.clone()));
     LAST.with(|l| *l.borrow_mut() = Some(r));

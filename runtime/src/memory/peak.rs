@@ -6,10 +6,11 @@ use crate::report::lock;
 
 /// A memory counter with a resettable high-water mark.
 pub(crate) trait Counter {
-    /// Bytes in use now.
+    /// Bytes in use now (on its own: may be cheaper than [`read`](Self::read)).
     fn current(&self) -> Result<u64, String>;
-    /// Highest bytes in use since the last reset (or ever).
-    fn peak(&self) -> Result<u64, String>;
+    /// Bytes in use now and the highest since the last reset (or ever),
+    /// read together.
+    fn read(&self) -> Result<(u64, u64), String>;
     /// Resets the high-water mark to `current`; `Ok(false)` if this
     /// counter cannot be reset.
     fn reset_peak(&self) -> Result<bool, String>;
@@ -35,19 +36,27 @@ impl Tracker {
         }
     }
 
-    /// Opens a scope: folds the counter's peak so far into every open scope,
-    /// then resets it, so this scope starts from what is in use now.
+    /// Opens a scope: folds the counter's peak so far into every open scope
+    /// (if any: with none open, the old peak concerns nobody), then resets
+    /// it, so this scope starts from what is in use now.
     pub(crate) fn enter(&self, c: &dyn Counter) -> Result<Ticket, String> {
         let mut g = lock(&self.open);
         let (next, open) = &mut *g;
-        let peak = c.peak()?;
-        for (_, p) in open.iter_mut() {
-            *p = (*p).max(peak);
+        if !open.is_empty() {
+            let (_, peak) = c.read()?;
+            for (_, p) in open.iter_mut() {
+                *p = (*p).max(peak);
+            }
         }
         let scoped = c.reset_peak()?;
         let at_entry = c.current()?;
+        let start = if scoped {
+            at_entry
+        } else {
+            c.read()?.1.max(at_entry)
+        };
         *next += 1;
-        open.push((*next, if scoped { at_entry } else { peak.max(at_entry) }));
+        open.push((*next, start));
         Ok(Ticket {
             id: *next,
             at_entry,
@@ -56,18 +65,18 @@ impl Tracker {
     }
 
     /// Closes a scope: folds the counter's peak into every open scope (the
-    /// outer ones keep it) and returns this one's peak.
-    pub(crate) fn exit(&self, c: &dyn Counter, t: &Ticket) -> Result<u64, String> {
+    /// outer ones keep it) and returns this one's peak and what is in use.
+    pub(crate) fn exit(&self, c: &dyn Counter, t: &Ticket) -> Result<(u64, u64), String> {
         let mut g = lock(&self.open);
         let open = &mut g.1;
-        let peak = c.peak();
+        let read = c.read();
         let pos = open.iter().position(|(id, _)| *id == t.id);
         let mine = pos.map(|i| open.remove(i).1).unwrap_or(t.at_entry);
-        let peak = peak?;
+        let (current, peak) = read?;
         for (_, p) in open.iter_mut() {
             *p = (*p).max(peak);
         }
-        Ok(mine.max(peak))
+        Ok((mine.max(peak), current))
     }
 }
 
@@ -96,8 +105,8 @@ mod tests {
         fn current(&self) -> Result<u64, String> {
             Ok(self.current.get())
         }
-        fn peak(&self) -> Result<u64, String> {
-            Ok(self.peak.get())
+        fn read(&self) -> Result<(u64, u64), String> {
+            Ok((self.current.get(), self.peak.get()))
         }
         fn reset_peak(&self) -> Result<bool, String> {
             self.peak.set(self.current.get());
@@ -114,13 +123,13 @@ mod tests {
         let a = t.enter(&c).unwrap();
         c.alloc(30);
         c.free(30);
-        let peak_a = t.exit(&c, &a).unwrap();
+        let peak_a = t.exit(&c, &a).unwrap().0;
         let b = t.enter(&c).unwrap();
         c.alloc(500); // the largest, inside the second sibling
         c.free(500);
-        let peak_b = t.exit(&c, &b).unwrap();
+        let peak_b = t.exit(&c, &b).unwrap().0;
         c.alloc(10);
-        let peak_outer = t.exit(&c, &outer).unwrap();
+        let peak_outer = t.exit(&c, &outer).unwrap().0;
         assert_eq!((peak_a, peak_b, peak_outer), (30, 500, 500));
         // The naive pattern would give the outer scope 10.
     }
@@ -132,9 +141,9 @@ mod tests {
         c.alloc(50);
         let y = t.enter(&c).unwrap();
         c.alloc(20);
-        let px = t.exit(&c, &x).unwrap(); // x closes first
+        let px = t.exit(&c, &x).unwrap().0; // x closes first
         c.free(70);
-        let py = t.exit(&c, &y).unwrap();
+        let py = t.exit(&c, &y).unwrap().0;
         assert_eq!((px, py), (70, 70));
     }
 }

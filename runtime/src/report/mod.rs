@@ -3,7 +3,8 @@
 //! Every measurement goes to (a) a process-wide registry, read with
 //! [`report()`] as a table (`Display`) or as data (`serde::Serialize`);
 //! (b) a `tracing` event (target `tch_scope`) when the `tracing` feature is
-//! on; (c) the callback set with [`set_callback`], if any. Nothing prints by
+//! on, inside the scope's own `tracing` span (`timed`, `memory_scope`,
+//! `gpu_memory_scope`, and `record` too, entered and exited with the scope); (c) the callback set with [`set_callback`], if any. Nothing prints by
 //! default.
 
 pub(crate) mod events;
@@ -261,4 +262,30 @@ pub fn report() -> Report {
 pub fn reset() {
     registry::clear_times();
     lock(&MEMORY).clear();
+}
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns measuring on or off, process-wide, at run time: while off,
+/// `timed` and the memory scopes read no clock or counter and record
+/// nothing (a load and a branch at entry and at exit). On by default.
+///
+/// ```
+/// tch_scope::report::set_enabled(false);
+/// tch_scope::scoped!(timed("doc_disabled") => ());
+/// tch_scope::report::set_enabled(true);
+/// assert!(tch_scope::report().timing("doc_disabled").is_none());
+/// ```
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether measuring is on (see [`set_enabled`]).
+///
+/// ```
+/// assert!(tch_scope::report::is_enabled());
+/// ```
+#[inline]
+pub fn is_enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
 }

@@ -74,6 +74,11 @@ impl Site {
         self.name
     }
 
+    /// The name as one word, for the trace's lock-free slots.
+    pub(crate) fn name_ref(&'static self) -> &'static &'static str {
+        &self.name
+    }
+
     #[inline]
     pub(crate) fn id(&self) -> usize {
         match self.id.load(Ordering::Acquire) {

@@ -22,8 +22,8 @@ use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::durable;
-use crate::{Scope, ScopeError, ffi};
+use crate::trace::{self, Kind, Span};
+use crate::{Scope, ScopeError, clock, durable, ffi};
 
 unsafe extern "C" {
     fn tch_scope_profile_start(cuda: bool) -> ffi::Status;
@@ -161,6 +161,10 @@ impl Record {
 #[derive(Debug)]
 pub struct RecordGuard {
     range: *mut c_void,
+    /// The name and the clock at entry, while the trace records.
+    span: Option<(&'static &'static str, u64)>,
+    #[cfg(feature = "tracing")]
+    _tracing: tracing::span::EnteredSpan,
 }
 
 impl Scope for Record {
@@ -177,12 +181,34 @@ impl Scope for Record {
             crate::exit::report(format!("record({:?})", self.name.to_string_lossy()), e);
             range = std::ptr::null_mut();
         }
-        Ok(RecordGuard { range })
+        let span =
+            trace::recording().then(|| (trace::intern(&name.to_string_lossy()), clock::now()));
+        Ok(RecordGuard {
+            range,
+            span,
+            #[cfg(feature = "tracing")]
+            _tracing: tracing::info_span!(
+                target: "tch_scope",
+                "record",
+                name = %name.to_string_lossy()
+            )
+            .entered(),
+        })
     }
 }
 
 impl Drop for RecordGuard {
     fn drop(&mut self) {
+        if let Some((name, start)) = self.span {
+            trace::push(&Span {
+                kind: Kind::Record,
+                name,
+                start,
+                end: clock::now(),
+                outcome: crate::report::Outcome::at_exit_or(crate::report::Outcome::Completed),
+                bytes: [0; 3],
+            });
+        }
         if self.range.is_null() {
             return;
         }

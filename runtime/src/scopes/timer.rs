@@ -20,13 +20,15 @@
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tch::Device;
 
 use crate::Scope;
-use crate::cuda::{self, Event, Stream};
+use crate::cuda::{Event, Stream};
 use crate::report::{self, Measurement, Outcome, Site};
+use crate::trace::{self, Kind, Span};
+use crate::{clock, cuda};
 
 /// When a [`Timed`] scope synchronises the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,13 +111,23 @@ impl Timed {
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct TimedGuard {
+    /// `None` when measuring was off at entry: the guard does nothing (a
+    /// null word, so a switched-off scope is one store and one test).
+    run: Option<Run>,
+    _not_send: PhantomData<*const ()>,
+}
+
+#[derive(Debug)]
+struct Run {
     site: &'static Site,
-    start: Instant,
+    /// A raw clock reading (`crate::clock`).
+    start: u64,
     sync: Option<i32>,
     /// `timed(events)` on CUDA: the device and the event recorded at entry.
     events: Option<(usize, Event)>,
     failed: bool,
-    _not_send: PhantomData<*const ()>,
+    #[cfg(feature = "tracing")]
+    _span: tracing::span::EnteredSpan,
 }
 
 impl Scope for Timed {
@@ -135,6 +147,18 @@ impl Scope for Timed {
     /// run is timed without it.
     #[inline]
     fn enter(&mut self) -> Result<TimedGuard, Infallible> {
+        Ok(TimedGuard {
+            run: report::is_enabled().then(|| self.start()),
+            _not_send: PhantomData,
+        })
+    }
+}
+
+impl Timed {
+    /// The measuring entry, out of line so that a switched-off scope stays
+    /// a load and a branch.
+    #[inline(never)]
+    fn start(&self) -> Run {
         let sync = self.sync_device().and_then(|i| {
             let synced = cuda::checked_index(i).and_then(|d| cuda::synchronize(d).map(|()| d));
             synced
@@ -150,19 +174,21 @@ impl Scope for Timed {
             (SyncMode::Events, Device::Cuda(i)) => start_event(self.site, i),
             _ => None,
         };
-        Ok(TimedGuard {
+        Run {
             site: self.site,
-            start: Instant::now(),
+            #[cfg(feature = "tracing")]
+            _span: tracing::info_span!(target: "tch_scope", "timed", name = self.site.name())
+                .entered(),
+            start: clock::now(),
             sync,
             events,
             failed: false,
-            _not_send: PhantomData,
-        })
+        }
     }
 }
 
 impl TimedGuard {
-    /// Time since entry, so far.
+    /// Time since entry, so far (zero if measuring was off at entry).
     ///
     /// ```
     /// use tch_scope::{Scope, Timed};
@@ -170,7 +196,9 @@ impl TimedGuard {
     /// assert!(g.elapsed() < std::time::Duration::from_secs(60));
     /// ```
     pub fn elapsed(&self) -> Duration {
-        self.start.elapsed()
+        self.run.as_ref().map_or(Duration::ZERO, |r| {
+            Duration::from_nanos(clock::nanos(r.start, clock::now()))
+        })
     }
 
     /// Records this run as [`Outcome::Failed`] (the body returned an `Err`);
@@ -184,7 +212,9 @@ impl TimedGuard {
     /// assert_eq!(tch_scope::report().timing("doc_failed").unwrap().failed, 1);
     /// ```
     pub fn mark_failed(&mut self) {
-        self.failed = true;
+        if let Some(r) = &mut self.run {
+            r.failed = true;
+        }
     }
 }
 
@@ -207,7 +237,16 @@ fn start_event(site: &Site, device: usize) -> Option<(usize, Event)> {
         .map(|e| (device, e))
 }
 
-impl TimedGuard {
+impl Drop for TimedGuard {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(r) = &mut self.run {
+            r.finish();
+        }
+    }
+}
+
+impl Run {
     fn outcome(&self) -> Outcome {
         Outcome::at_exit_or(if self.failed {
             Outcome::Failed
@@ -216,9 +255,8 @@ impl TimedGuard {
         })
     }
 
-    /// Records the end event and queues the pair; on failure, falls back
-    /// to the wall time of this run.
-    fn finish_events(&mut self, device: usize, start: Event) -> Result<(), crate::ScopeError> {
+    /// Records the end event and queues the pair.
+    fn finish_events(&self, device: usize, start: Event) -> Result<(), crate::ScopeError> {
         let mut end = Event::new()?;
         end.record(&Stream::current(device)?)?;
         report::events::push(report::events::Pending {
@@ -229,11 +267,9 @@ impl TimedGuard {
         });
         Ok(())
     }
-}
 
-impl Drop for TimedGuard {
-    #[inline]
-    fn drop(&mut self) {
+    #[inline(never)]
+    fn finish(&mut self) {
         if let Some((device, start)) = self.events.take() {
             match self.finish_events(device, start) {
                 Ok(()) => return,
@@ -247,13 +283,23 @@ impl Drop for TimedGuard {
             // Never panic in Drop: a failed sync still records the time.
             let _ = cuda::synchronize(d);
         }
-        let elapsed = self.start.elapsed();
+        let end = clock::now();
+        let ns = clock::nanos(self.start, end);
         let outcome = self.outcome();
-        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         report::record_time(self.site, ns, outcome);
+        if trace::recording() {
+            trace::push(&Span {
+                kind: Kind::Timed,
+                name: self.site.name_ref(),
+                start: self.start,
+                end,
+                outcome,
+                bytes: [0; 3],
+            });
+        }
         report::publish(|| Measurement::Time {
             name: self.site.name(),
-            elapsed,
+            elapsed: Duration::from_nanos(ns),
             synced: self.sync.is_some(),
             outcome,
         });

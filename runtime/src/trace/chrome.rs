@@ -1,0 +1,118 @@
+//! Chrome trace-event JSON (the "JSON Object Format" of the Trace Event
+//! Format document), written by hand: a handful of fixed-shape records.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::buffer::{Buffer, Kind};
+use crate::clock;
+use crate::report::Outcome;
+
+/// Writes every buffer's spans to `path`: per thread, ordered by start
+/// (and the longer first on a tie, so a parent precedes its child).
+pub(super) fn write(path: &Path, buffers: &[Arc<Buffer>], epoch: u64) -> std::io::Result<()> {
+    let pid = std::process::id();
+    let mut out = String::with_capacity(1 << 16);
+    out.push_str("{\"traceEvents\":[\n");
+    let process = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "process".into());
+    let _ = write!(
+        out,
+        r#"{{"name":"process_name","ph":"M","pid":{pid},"tid":0,"args":{{"name":"#
+    );
+    string(&mut out, &process);
+    out.push_str("}}");
+    let mut dropped = 0;
+    for b in buffers {
+        dropped += b.dropped();
+        let _ = write!(
+            out,
+            ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{},\"args\":{{\"name\":",
+            b.tid
+        );
+        string(&mut out, &b.thread_name);
+        out.push_str("}}");
+        let mut spans = b.spans();
+        spans.sort_by_key(|s| (s.start, std::cmp::Reverse(s.end)));
+        for s in spans {
+            let ts = clock::nanos(epoch, s.start);
+            let dur = clock::nanos(s.start, s.end);
+            out.push_str(",\n{\"name\":");
+            string(&mut out, s.name);
+            let _ = write!(
+                out,
+                ",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{pid},\"tid\":{},\"args\":{{\"outcome\":\"{}\"",
+                s.kind.category(),
+                Micros(ts),
+                Micros(dur),
+                b.tid,
+                match s.outcome {
+                    Outcome::Completed => "completed",
+                    Outcome::Panicked => "panicked",
+                    Outcome::Failed => "failed",
+                }
+            );
+            if matches!(s.kind, Kind::HostMemory | Kind::GpuMemory) {
+                let [entry, exit, peak] = s.bytes;
+                let _ = write!(
+                    out,
+                    ",\"at_entry\":{entry},\"at_exit\":{exit},\"peak\":{peak},\"peak_growth\":{}",
+                    peak.saturating_sub(entry)
+                );
+            }
+            out.push_str("}}");
+        }
+    }
+    let _ = write!(
+        out,
+        "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{{\"producer\":\"tch-scope\",\"dropped_spans\":{dropped}}}}}\n"
+    );
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(out.as_bytes())?;
+    f.sync_all()
+}
+
+/// Nanoseconds shown as microseconds with three decimals.
+struct Micros(u64);
+
+impl std::fmt::Display for Micros {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
+    }
+}
+
+/// A JSON string literal.
+fn string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_are_escaped() {
+        let mut s = String::new();
+        string(&mut s, "a\"b\\c\nd\u{1}é");
+        assert_eq!(s, r#""a\"b\\c\nd\u0001é""#);
+        assert_eq!(Micros(1_234_005).to_string(), "1234.005");
+    }
+}

@@ -1,0 +1,294 @@
+//! A timeline of every scope: each span of `timed`, `record` and the memory
+//! scopes, per thread, written as a Chrome trace that Perfetto
+//! (<https://ui.perfetto.dev>) and `chrome://tracing` open.
+//!
+//! [`start`] begins a recording, [`stop`] ends it, [`write_chrome`] writes
+//! what was recorded: one `"ph": "X"` complete event per span (`ts` and
+//! `dur` in microseconds, `pid`, `tid` the OS thread id, as libtorch's own
+//! profiler writes them), a `thread_name` event per thread, and for memory
+//! scopes the bytes at entry, at exit and at the peak. Nested scopes nest.
+//!
+//! ```
+//! use tch_scope::{timed, trace};
+//!
+//! #[timed]
+//! fn inner() {}
+//! #[timed]
+//! fn outer() { inner(); inner(); }
+//!
+//! trace::start();
+//! outer();
+//! trace::stop();
+//! let path = std::env::temp_dir().join(format!("doc-trace-{}.json", std::process::id()));
+//! trace::write_chrome(&path).unwrap();
+//! let json = std::fs::read_to_string(&path).unwrap();
+//! assert_eq!(json.matches(r#""ph":"X""#).count(), 3);
+//! # std::fs::remove_file(&path).unwrap();
+//! ```
+//!
+//! # Costs and bounds
+//! Each thread writes its spans into its own ring buffer, without locks or
+//! allocation (past its first span of a recording); timestamps come from the
+//! CPU's time-stamp counter. A thread keeps at most [`capacity`] spans
+//! (1 048 576 unless [`set_capacity`] says otherwise, 64 bytes each,
+//! allocated as used); past that the oldest are dropped and counted
+//! ([`dropped`], and `otherData.dropped_spans` in the file).
+//!
+//! # `TCH_SCOPE_TRACE=path`
+//! With this variable set (and not empty), recording is on from the first
+//! scope the process runs, and the trace is written to `path` when the
+//! process exits normally: returning from `main`, or `std::process::exit`.
+//! The file is written by a C `atexit` handler, registered when tch-scope
+//! first reads the variable (at the first `timed`, `record` or memory
+//! scope, or the first call into this module), so it runs before
+//! libtorch's own static destructors. A process killed by a signal or
+//! aborted writes no trace. A [`start`] or [`stop`] of the program's own
+//! still applies; the file holds what was recorded at exit.
+
+mod buffer;
+mod chrome;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::Path;
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use buffer::Buffer;
+pub(crate) use buffer::{Kind, Span};
+
+use crate::report::lock;
+
+const UNINIT: u8 = 0;
+const OFF: u8 = 1;
+const ON: u8 = 2;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+/// Bumped by every [`start`]: a thread whose buffer is older makes a new one.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// The clock reading at [`start`]: time zero of the trace.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+static CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_CAPACITY);
+/// Every buffer of the current recording, live threads' and finished ones'.
+static BUFFERS: Mutex<Vec<Arc<Buffer>>> = Mutex::new(Vec::new());
+
+const DEFAULT_CAPACITY: usize = 1 << 20;
+/// `TCH_SCOPE_TRACE`, read once.
+static ENV_PATH: OnceLock<Option<OsString>> = OnceLock::new();
+
+/// Whether spans are being recorded (the hot path's one check).
+#[inline]
+pub(crate) fn recording() -> bool {
+    match STATE.load(Ordering::Relaxed) {
+        ON => true,
+        OFF => false,
+        _ => from_env(),
+    }
+}
+
+/// Reads `TCH_SCOPE_TRACE` once; with a path, starts recording and
+/// registers the writer that runs at exit.
+#[cold]
+fn from_env() -> bool {
+    let path = ENV_PATH.get_or_init(|| {
+        let p = std::env::var_os("TCH_SCOPE_TRACE").filter(|p| !p.is_empty())?;
+        // SAFETY: registers a plain `extern "C" fn()`; nothing is unsafe
+        // about the call itself.
+        if unsafe { libc::atexit(write_at_exit) } != 0 {
+            crate::exit::report(
+                "trace",
+                "TCH_SCOPE_TRACE is set but the exit handler could not be registered",
+            );
+        }
+        start_now();
+        Some(p)
+    });
+    if path.is_none() {
+        // Only if nothing else decided meanwhile (an explicit start()).
+        let _ = STATE.compare_exchange(UNINIT, OFF, Ordering::AcqRel, Ordering::Relaxed);
+    }
+    STATE.load(Ordering::Relaxed) == ON
+}
+
+extern "C" fn write_at_exit() {
+    let Some(Some(path)) = ENV_PATH.get() else {
+        return;
+    };
+    stop();
+    // No thread-locals here: the main thread's are gone by now.
+    if let Err(e) = write_chrome(path) {
+        eprintln!(
+            "tch-scope: could not write the trace TCH_SCOPE_TRACE={}: {e}",
+            Path::new(&path).display()
+        );
+    }
+}
+
+/// Begins a new recording (dropping the spans of an earlier one).
+///
+/// ```
+/// tch_scope::trace::start();
+/// assert!(tch_scope::trace::is_recording());
+/// tch_scope::trace::stop();
+/// ```
+pub fn start() {
+    // Read the variable first, so it can't start a recording later.
+    let _ = recording();
+    start_now();
+}
+
+fn start_now() {
+    let mut all = lock(&BUFFERS);
+    all.clear();
+    EPOCH.store(crate::clock::now(), Ordering::Relaxed);
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+    STATE.store(ON, Ordering::Release);
+}
+
+/// Stops recording; what was recorded stays until the next [`start`].
+///
+/// ```
+/// tch_scope::trace::stop();
+/// assert!(!tch_scope::trace::is_recording());
+/// ```
+pub fn stop() {
+    let _ = recording();
+    STATE.store(OFF, Ordering::Release);
+}
+
+/// Whether a recording is running.
+///
+/// ```
+/// let _ = tch_scope::trace::is_recording();
+/// ```
+pub fn is_recording() -> bool {
+    recording()
+}
+
+/// Sets how many spans each thread keeps, for buffers made from now on
+/// (each thread makes one at its first span after a [`start`]).
+///
+/// ```
+/// tch_scope::trace::set_capacity(4096);
+/// assert_eq!(tch_scope::trace::capacity(), 4096);
+/// tch_scope::trace::set_capacity(1 << 20);
+/// ```
+pub fn set_capacity(spans_per_thread: usize) {
+    CAPACITY.store(spans_per_thread.max(1), Ordering::Relaxed);
+}
+
+/// Spans a thread keeps before dropping its oldest (default 1 048 576).
+///
+/// ```
+/// assert!(tch_scope::trace::capacity() >= 1);
+/// ```
+pub fn capacity() -> usize {
+    CAPACITY.load(Ordering::Relaxed)
+}
+
+/// Spans of the current recording dropped for want of room, all threads.
+///
+/// ```
+/// let _ = tch_scope::trace::dropped();
+/// ```
+pub fn dropped() -> u64 {
+    lock(&BUFFERS).iter().map(|b| b.dropped()).sum()
+}
+
+/// Writes the current recording as Chrome trace-event JSON to `path`
+/// (replaced atomically: a reader never sees half a file). Call it after
+/// [`stop`] for an exact picture; while recording, spans finished during
+/// the write may be missing.
+///
+/// # Errors
+/// The error of creating, writing or renaming the file.
+///
+/// ```
+/// let path = std::env::temp_dir().join(format!("doc-empty-{}.json", std::process::id()));
+/// tch_scope::trace::write_chrome(&path).unwrap();
+/// # std::fs::remove_file(&path).unwrap();
+/// ```
+pub fn write_chrome(path: impl AsRef<Path>) -> std::io::Result<()> {
+    let buffers = lock(&BUFFERS).clone();
+    let epoch = EPOCH.load(Ordering::Relaxed);
+    let path = path.as_ref();
+    let mut io_error = None;
+    let replaced = crate::durable::replace(path, |tmp| {
+        chrome::write(tmp, &buffers, epoch).map_err(|e| {
+            let message = e.to_string();
+            io_error = Some(e);
+            message
+        })
+    });
+    match (replaced, io_error) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), Some(e)) => Err(e),
+        (Err(e), None) => Err(std::io::Error::other(e)),
+    }
+}
+
+struct Local {
+    generation: u64,
+    pos: usize,
+    buffer: Option<Arc<Buffer>>,
+}
+
+thread_local! {
+    static LOCAL: RefCell<Local> = const {
+        RefCell::new(Local { generation: 0, pos: 0, buffer: None })
+    };
+}
+
+/// Appends a finished span to this thread's buffer (call only while
+/// [`recording`]; a span of a thread being torn down is lost).
+#[inline]
+pub(crate) fn push(span: &Span) {
+    let _ = LOCAL.try_with(|l| {
+        let mut l = l.borrow_mut();
+        let generation = GENERATION.load(Ordering::Acquire);
+        if l.generation != generation || l.buffer.is_none() {
+            renew(&mut l);
+        }
+        let Local { pos, buffer, .. } = &mut *l;
+        if let Some(b) = buffer {
+            b.push(*pos, span);
+            *pos = if *pos + 1 == b.cap() { 0 } else { *pos + 1 };
+        }
+    });
+}
+
+#[cold]
+fn renew(l: &mut Local) {
+    let mut all = lock(&BUFFERS);
+    // Read under the lock that `start` bumps it under: this buffer belongs
+    // to the recording it joins.
+    let generation = GENERATION.load(Ordering::Acquire);
+    // SAFETY: gettid has no preconditions.
+    let tid = u64::try_from(unsafe { libc::gettid() }).unwrap_or(0);
+    let name = std::thread::current()
+        .name()
+        .map_or_else(|| format!("thread {tid}"), str::to_owned);
+    let b = Arc::new(Buffer::new(CAPACITY.load(Ordering::Relaxed), tid, name));
+    all.push(b.clone());
+    *l = Local {
+        generation,
+        pos: 0,
+        buffer: Some(b),
+    };
+}
+
+/// A name as one word: the same `&'static &'static str` for equal names,
+/// made once (a lock and a lookup: for spans without a static of their own).
+pub(crate) fn intern(name: &str) -> &'static &'static str {
+    static NAMES: Mutex<Option<HashMap<&'static str, &'static &'static str>>> = Mutex::new(None);
+    let mut map = lock(&NAMES);
+    let map = map.get_or_insert_with(HashMap::new);
+    if let Some(n) = map.get(name) {
+        return n;
+    }
+    let s: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    let n: &'static &'static str = Box::leak(Box::new(s));
+    map.insert(s, n);
+    n
+}

@@ -1,0 +1,372 @@
+//! The timeline (`tch_scope::trace`): a trace written by `write_chrome` and
+//! by `TCH_SCOPE_TRACE` at a real child process's exit, read back as JSON;
+//! and the silence of the `profile` scope on a CPU machine. The recording
+//! is process-wide, so this binary is a process of its own and its tests
+//! take turns (`serial`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::Value;
+use tch_scope::{scoped, timed, trace};
+
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn temp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("tch-scope-trace-{}-{name}", std::process::id()))
+}
+
+/// The `"ph": "X"` events of a trace file, and the file's JSON.
+fn events(path: &Path) -> (Vec<Value>, Value) {
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let x = json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .cloned()
+        .collect();
+    (x, json)
+}
+
+fn named<'a>(events: &'a [Value], name: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["name"] == name).collect()
+}
+
+/// `[ts, ts + dur]` in µs.
+fn span(e: &Value) -> (f64, f64) {
+    let ts = e["ts"].as_f64().unwrap();
+    (ts, ts + e["dur"].as_f64().unwrap())
+}
+
+fn inside(inner: &Value, outer: &Value) -> bool {
+    let ((a, b), (c, d)) = (span(inner), span(outer));
+    inner["tid"] == outer["tid"] && c <= a && b <= d
+}
+
+#[timed("trace::leaf")]
+fn leaf() {
+    std::thread::sleep(Duration::from_millis(5));
+}
+
+#[timed("trace::middle")]
+fn middle() {
+    leaf();
+    leaf();
+}
+
+#[timed("trace::root")]
+fn root() {
+    middle();
+    scoped!(memory_scope("trace::memory") => drop(vec![1u8; 16 << 20]));
+}
+
+#[test]
+fn nested_timed_functions_nest_in_the_written_trace() {
+    let _s = serial();
+    trace::start();
+    root();
+    let other = std::thread::Builder::new()
+        .name("trace-worker".into())
+        .spawn(leaf)
+        .unwrap();
+    other.join().unwrap();
+    trace::stop();
+    leaf(); // not recorded: after stop
+    let path = temp("nested.json");
+    trace::write_chrome(&path).unwrap();
+    let (x, json) = events(&path);
+    std::fs::remove_file(&path).unwrap();
+
+    let root = named(&x, "trace::root");
+    let middle = named(&x, "trace::middle");
+    let leaves = named(&x, "trace::leaf");
+    assert_eq!(
+        (root.len(), middle.len(), leaves.len()),
+        (1, 1, 3),
+        "{x:#?}"
+    );
+    let (root, middle) = (root[0], middle[0]);
+    let (mine, theirs): (Vec<&Value>, Vec<&Value>) = leaves
+        .iter()
+        .copied()
+        .partition(|l| l["tid"] == root["tid"]);
+    assert_eq!((mine.len(), theirs.len()), (2, 1));
+    assert!(inside(middle, root));
+    for l in &mine {
+        assert!(inside(l, middle), "{l} not inside {middle}");
+    }
+    let (a, b) = (span(mine[0]), span(mine[1]));
+    assert!(a.1 <= b.0, "the two calls follow each other: {a:?} {b:?}");
+    // Durations: each leaf slept 5 ms; the parents hold their children.
+    let dur = |e: &Value| e["dur"].as_f64().unwrap();
+    for l in &leaves {
+        assert!((5_000.0..1_000_000.0).contains(&dur(l)), "{l}");
+    }
+    assert!(dur(middle) >= dur(mine[0]) + dur(mine[1]));
+    assert!(dur(root) >= dur(middle));
+    assert_eq!(root["cat"], "timed");
+    assert_eq!(root["args"]["outcome"], "completed");
+
+    let memory = named(&x, "trace::memory");
+    assert_eq!(memory.len(), 1);
+    assert!(inside(memory[0], root));
+    assert_eq!(memory[0]["cat"], "memory_scope");
+    assert!(memory[0]["args"]["peak_growth"].as_u64().unwrap() >= 15 << 20);
+
+    // Thread names: the worker's own, on its own tid.
+    let names: Vec<_> = json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .collect();
+    let worker = names
+        .iter()
+        .find(|e| e["args"]["name"] == "trace-worker")
+        .expect("the worker's thread_name");
+    assert_eq!(worker["tid"], theirs[0]["tid"]);
+    assert!(names.iter().any(|e| e["tid"] == root["tid"]));
+    assert_eq!(json["otherData"]["dropped_spans"], 0);
+}
+
+#[test]
+fn a_full_buffer_drops_the_oldest_and_counts_them() {
+    let _s = serial();
+    trace::set_capacity(4);
+    trace::start();
+    for _ in 0..10 {
+        scoped!(timed("trace::many") => ());
+    }
+    scoped!(timed("trace::last") => ());
+    trace::stop();
+    trace::set_capacity(1 << 20);
+    assert_eq!(trace::dropped(), 7);
+    let path = temp("dropped.json");
+    trace::write_chrome(&path).unwrap();
+    let (x, json) = events(&path);
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(x.len(), 4);
+    assert_eq!(named(&x, "trace::last").len(), 1, "the newest is kept");
+    assert_eq!(json["otherData"]["dropped_spans"], 7);
+}
+
+#[test]
+fn a_switched_off_report_records_no_span() {
+    let _s = serial();
+    trace::start();
+    tch_scope::report::set_enabled(false);
+    scoped!(timed("trace::off") => ());
+    tch_scope::report::set_enabled(true);
+    scoped!(timed("trace::on") => ());
+    trace::stop();
+    let path = temp("off.json");
+    trace::write_chrome(&path).unwrap();
+    let (x, _) = events(&path);
+    std::fs::remove_file(&path).unwrap();
+    assert!(named(&x, "trace::off").is_empty());
+    assert_eq!(named(&x, "trace::on").len(), 1);
+}
+
+fn child() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_trace-child"))
+}
+
+/// The nesting the child's `outer` makes, read back from its trace.
+fn check_child_trace(path: &Path) {
+    let (x, _) = events(path);
+    let outer = named(&x, "child::outer");
+    assert_eq!(outer.len(), 1, "{x:#?}");
+    let inner = named(&x, "child::inner");
+    assert_eq!(inner.len(), 2);
+    let range = named(&x, "child::range");
+    assert_eq!((range.len(), range[0]["cat"].as_str()), (1, Some("record")));
+    assert!(inside(range[0], outer[0]));
+    assert!(inner.iter().all(|i| inside(i, outer[0])));
+    assert!(inner.iter().any(|i| inside(i, range[0])));
+    assert_eq!(named(&x, "child::memory").len(), 1);
+}
+
+#[test]
+fn tch_scope_trace_writes_the_file_when_a_child_returns_from_main() {
+    let path = temp("env-return.json");
+    let out = child()
+        .arg("nested")
+        .env("TCH_SCOPE_TRACE", &path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    check_child_trace(&path);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn tch_scope_trace_writes_the_file_on_process_exit() {
+    let path = temp("env-exit.json");
+    let out = child()
+        .arg("exit")
+        .env("TCH_SCOPE_TRACE", &path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    check_child_trace(&path);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn without_tch_scope_trace_no_file_is_written() {
+    let path = temp("env-unset.json");
+    let out = child()
+        .arg("nested")
+        .env_remove("TCH_SCOPE_TRACE")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!path.exists());
+}
+
+/// On a machine without CUDA, libtorch's profiler (Kineto) logs
+/// `gpuGetDeviceCount failed with code 35` and two `USDT` lines; the
+/// `profile` scope quiets them. (With a GPU the scope leaves Kineto's
+/// logging alone, so there is nothing to check there.)
+#[test]
+fn the_profile_scope_prints_nothing_on_a_cpu_machine() {
+    if tch_scope::cuda_device_count() > 0 {
+        eprintln!("skipped: a CUDA device is present");
+        return;
+    }
+    let path = temp("profile.json");
+    let out = child()
+        .arg("profile")
+        .arg(&path)
+        .env_remove("KINETO_LOG_LEVEL")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("aten::matmul")
+    );
+    std::fs::remove_file(&path).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr, "", "the profile scope printed to stderr");
+}
+
+/// A `tracing` subscriber that writes down, per thread, what a layer such
+/// as `tracing-chrome` or `tracing-tree` sees: spans entered and exited, and
+/// which span each event happened in.
+mod spans {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    #[derive(Default)]
+    pub struct Recorder {
+        next: AtomicU64,
+        /// (id, span name, its `name` field)
+        pub spans: Mutex<Vec<(u64, String, String)>>,
+        /// "enter <id>", "exit <id>", "event <message> in <id>"
+        pub log: Mutex<Vec<String>>,
+        stack: Mutex<Vec<u64>>,
+    }
+
+    struct Name<'a>(&'a mut String, &'static str);
+    impl Visit for Name<'_> {
+        fn record_debug(&mut self, f: &Field, v: &dyn std::fmt::Debug) {
+            if f.name() == self.1 {
+                *self.0 = format!("{v:?}").trim_matches('"').to_owned();
+            }
+        }
+        fn record_str(&mut self, f: &Field, v: &str) {
+            if f.name() == self.1 {
+                *self.0 = v.to_owned();
+            }
+        }
+    }
+
+    impl Subscriber for Recorder {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, a: &Attributes<'_>) -> Id {
+            let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+            let mut name = String::new();
+            a.record(&mut Name(&mut name, "name"));
+            let span = a.metadata().name().to_owned();
+            self.spans.lock().unwrap().push((id, span, name));
+            Id::from_u64(id)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, e: &Event<'_>) {
+            let mut message = String::new();
+            e.record(&mut Name(&mut message, "message"));
+            let within = self.stack.lock().unwrap().last().copied().unwrap_or(0);
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("event {message} in {within}"));
+        }
+        fn enter(&self, id: &Id) {
+            self.stack.lock().unwrap().push(id.into_u64());
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("enter {}", id.into_u64()));
+        }
+        fn exit(&self, id: &Id) {
+            self.stack.lock().unwrap().pop();
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("exit {}", id.into_u64()));
+        }
+    }
+}
+
+#[test]
+fn with_the_tracing_feature_scopes_are_nested_tracing_spans() {
+    let recorder = std::sync::Arc::new(spans::Recorder::default());
+    tracing::subscriber::with_default(recorder.clone(), || {
+        scoped!(timed("spans::outer"), record("spans::range") => {
+            scoped!(memory_scope("spans::memory") => ());
+        });
+    });
+    let spans = recorder.spans.lock().unwrap().clone();
+    let id = |name: &str| {
+        spans
+            .iter()
+            .find(|s| s.2 == name)
+            .unwrap_or_else(|| panic!("no span named {name}: {spans:?}"))
+            .0
+    };
+    let (outer, range, memory) = (id("spans::outer"), id("spans::range"), id("spans::memory"));
+    assert_eq!(
+        spans.iter().map(|s| s.1.as_str()).collect::<Vec<_>>(),
+        ["timed", "record", "memory_scope"]
+    );
+    let log = recorder.log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            format!("enter {outer}"),
+            format!("enter {range}"),
+            format!("enter {memory}"),
+            format!("event memory in {memory}"),
+            format!("exit {memory}"),
+            format!("exit {range}"),
+            format!("event timed in {outer}"),
+            format!("exit {outer}"),
+        ]
+    );
+}
