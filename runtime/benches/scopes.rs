@@ -249,7 +249,6 @@ fn deadline(c: &mut Criterion) {
     g.finish();
 }
 
-
 /// `no_grad, eval(model)` on a TorchScript model of 1000 modules
 /// (scripts/bench/deep_model.py; `make bench` exports it to
 /// target/bench/modules_1000.pt, or set TCH_SCOPE_DEEP_MODEL): the
