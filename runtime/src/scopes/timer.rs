@@ -20,6 +20,7 @@
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::time::Duration;
 
 use tch::Device;
@@ -113,7 +114,9 @@ impl Timed {
 pub struct TimedGuard {
     /// `None` when measuring was off at entry: the guard does nothing (a
     /// null word, so a switched-off scope is one store and one test).
-    run: Option<Run>,
+    /// Dropped only by `finish`, out of line, so that the guard's drop
+    /// glue is one test and inlines.
+    run: ManuallyDrop<Option<Run>>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -123,8 +126,9 @@ struct Run {
     /// A raw clock reading (`crate::clock`).
     start: u64,
     sync: Option<i32>,
-    /// `timed(events)` on CUDA: the device and the event recorded at entry.
-    events: Option<(usize, Event)>,
+    /// `timed(events)` on CUDA: the device and the event recorded at entry
+    /// (boxed: a small guard is cheaper to move on the common path).
+    events: Option<Box<(usize, Event)>>,
     failed: bool,
     #[cfg(feature = "tracing")]
     _span: tracing::span::EnteredSpan,
@@ -148,7 +152,7 @@ impl Scope for Timed {
     #[inline]
     fn enter(&mut self) -> Result<TimedGuard, Infallible> {
         Ok(TimedGuard {
-            run: report::is_enabled().then(|| self.start()),
+            run: ManuallyDrop::new(report::is_enabled().then(|| self.start())),
             _not_send: PhantomData,
         })
     }
@@ -212,7 +216,7 @@ impl TimedGuard {
     /// assert_eq!(tch_scope::report().timing("doc_failed").unwrap().failed, 1);
     /// ```
     pub fn mark_failed(&mut self) {
-        if let Some(r) = &mut self.run {
+        if let Some(r) = &mut *self.run {
             r.failed = true;
         }
     }
@@ -220,7 +224,7 @@ impl TimedGuard {
 
 /// An event recorded on `device`'s current stream; `None` (and a wall
 /// clock) where CUDA refuses, said to the exit hook.
-fn start_event(site: &Site, device: usize) -> Option<(usize, Event)> {
+fn start_event(site: &Site, device: usize) -> Option<Box<(usize, Event)>> {
     let record = || -> Result<Event, crate::ScopeError> {
         let mut e = Event::new()?;
         e.record(&Stream::current(device)?)?;
@@ -234,14 +238,18 @@ fn start_event(site: &Site, device: usize) -> Option<(usize, Event)> {
             );
         })
         .ok()
-        .map(|e| (device, e))
+        .map(|e| Box::new((device, e)))
 }
 
 impl Drop for TimedGuard {
     #[inline]
     fn drop(&mut self) {
-        if let Some(r) = &mut self.run {
-            r.finish();
+        if self.run.is_some() {
+            // SAFETY: `run` is taken once, here, and never read again.
+            let run = unsafe { ManuallyDrop::take(&mut self.run) };
+            if let Some(r) = run {
+                r.finish();
+            }
         }
     }
 }
@@ -269,8 +277,9 @@ impl Run {
     }
 
     #[inline(never)]
-    fn finish(&mut self) {
-        if let Some((device, start)) = self.events.take() {
+    fn finish(mut self) {
+        if let Some(events) = self.events.take() {
+            let (device, start) = *events;
             match self.finish_events(device, start) {
                 Ok(()) => return,
                 Err(e) => crate::exit::report(
