@@ -81,17 +81,21 @@ pub fn clear_callback() {
 
 /// Hands `m` to tracing and the callback (registry updates are the
 /// caller's, since time and memory are kept differently).
+#[inline]
 pub(crate) fn publish(m: impl FnOnce() -> Measurement) {
     let tracing_on = cfg!(feature = "tracing");
-    if !tracing_on && !HAS_CALLBACK.load(Ordering::Acquire) {
-        return;
+    if tracing_on || HAS_CALLBACK.load(Ordering::Acquire) {
+        hand_out(&m());
     }
-    let m = m();
+}
+
+#[inline(never)]
+fn hand_out(m: &Measurement) {
     #[cfg(feature = "tracing")]
-    trace(&m);
+    trace(m);
     let cb = CALLBACK.read().unwrap_or_else(|e| e.into_inner()).clone();
     if let Some(cb) = cb {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(&m)));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(m)));
     }
 }
 

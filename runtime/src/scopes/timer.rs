@@ -159,10 +159,32 @@ impl Scope for Timed {
 }
 
 impl Timed {
-    /// The measuring entry, out of line so that a switched-off scope stays
-    /// a load and a branch.
-    #[inline(never)]
+    /// The measuring entry. Inline for a timer that needs no device work
+    /// (the common case: a CPU device, or `sync` off); the rest is cold.
+    #[inline]
     fn start(&self) -> Run {
+        let on_cuda = matches!(crate::current_device(), Device::Cuda(_));
+        let (sync, events) = match self.sync {
+            SyncMode::Never => (None, None),
+            SyncMode::Auto | SyncMode::Events if !on_cuda => (None, None),
+            _ => self.start_on_device(),
+        };
+        Run {
+            site: self.site,
+            #[cfg(feature = "tracing")]
+            _span: tracing::info_span!(target: "tch_scope", "timed", name = self.site.name())
+                .entered(),
+            start: clock::now(),
+            sync,
+            events,
+            failed: false,
+        }
+    }
+
+    /// The device work at entry: a synchronise, or the first event.
+    #[cold]
+    #[inline(never)]
+    fn start_on_device(&self) -> (Option<i32>, Option<Box<(usize, Event)>>) {
         let sync = self.sync_device().and_then(|i| {
             let synced = cuda::checked_index(i).and_then(|d| cuda::synchronize(d).map(|()| d));
             synced
@@ -178,16 +200,7 @@ impl Timed {
             (SyncMode::Events, Device::Cuda(i)) => start_event(self.site, i),
             _ => None,
         };
-        Run {
-            site: self.site,
-            #[cfg(feature = "tracing")]
-            _span: tracing::info_span!(target: "tch_scope", "timed", name = self.site.name())
-                .entered(),
-            start: clock::now(),
-            sync,
-            events,
-            failed: false,
-        }
+        (sync, events)
     }
 }
 
