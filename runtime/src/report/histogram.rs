@@ -4,7 +4,10 @@
 //! into 16 equal buckets, so a bucket's midpoint is within 1/32 (≈3 %) of
 //! any value in it. 720 buckets cover 0 to 2^48 ns (≈ 78 hours); larger
 //! values land in the last bucket. Merging is adding counts, so per-thread
-//! histograms combine exactly.
+//! histograms combine exactly. [`SharedHistogram`] is the same buckets in
+//! atomics, written by one thread and read by any.
+
+use std::sync::atomic::{AtomicU32, Ordering};
 
 const SUB: u32 = 16;
 const LINEAR: u64 = 16;
@@ -80,6 +83,49 @@ impl Histogram {
     }
 }
 
+/// A [`Histogram`] that one thread writes with plain loads and stores (no
+/// lock, no read-modify-write) and any thread may read.
+pub(crate) struct SharedHistogram {
+    counts: [AtomicU32; BUCKETS],
+}
+
+impl Default for SharedHistogram {
+    fn default() -> Self {
+        Self {
+            counts: std::array::from_fn(|_| AtomicU32::new(0)),
+        }
+    }
+}
+
+impl SharedHistogram {
+    /// Counts `v`. Only the owning thread calls this: a load and a store
+    /// are an increment only without a second writer.
+    #[inline]
+    pub(crate) fn record(&self, v: u64) {
+        let c = &self.counts[index(v)];
+        c.store(
+            c.load(Ordering::Relaxed).saturating_add(1),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Zeroes every bucket (owner only).
+    pub(crate) fn zero(&self) {
+        for c in &self.counts {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A copy, as the counts read now.
+    pub(crate) fn load(&self) -> Histogram {
+        let mut h = Histogram::default();
+        for (to, from) in h.counts.iter_mut().zip(&self.counts) {
+            *to = from.load(Ordering::Relaxed);
+        }
+        h
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +164,17 @@ mod tests {
         assert_eq!(a.quantile(0.3), Some(10));
         assert!(a.quantile(0.9).unwrap().abs_diff(1_000_000) < 40_000);
         assert_eq!(Histogram::default().quantile(0.5), None);
+    }
+
+    #[test]
+    fn a_shared_histogram_reads_as_the_plain_one() {
+        let (mut plain, shared) = (Histogram::default(), SharedHistogram::default());
+        for v in [0, 3, 17, 1_000, 1_000, 123_456_789, u64::MAX] {
+            plain.record(v);
+            shared.record(v);
+        }
+        assert_eq!(shared.load().counts, plain.counts);
+        shared.zero();
+        assert_eq!(shared.load().quantile(0.5), None);
     }
 }

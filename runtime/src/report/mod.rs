@@ -11,7 +11,9 @@ pub(crate) mod events;
 mod histogram;
 mod memory;
 mod registry;
+mod shard;
 mod table;
+mod totals;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -220,6 +222,11 @@ pub(crate) fn record_memory(r: &MemoryReport) {
 }
 
 /// Everything recorded so far, across all threads.
+///
+/// Each thread accumulates its own totals without a lock; this merges
+/// them. Read while other threads record, each figure is whole, but a run
+/// ending at that moment may be counted in some figures and not yet in
+/// others.
 ///
 /// ```
 /// tch_scope::scoped!(timed("doc_report") => std::thread::sleep(std::time::Duration::from_millis(1)));

@@ -1,17 +1,17 @@
 //! Where measurements accumulate: per call site, per thread, merged on read.
 //!
-//! The hot path (one `timed` exit) locks only its own thread's shard, which
-//! no other thread touches except while a report is being read, so the lock
-//! is uncontended; the call site's id is assigned once and cached in the
-//! site's static, so no name is hashed either. A thread's shard is merged
-//! into the retired totals when the thread exits.
+//! The hot path (one `timed` exit) writes only its own thread's shard, and
+//! without a lock (see [`super::shard`]); the call site's id is assigned
+//! once and cached in the site's static, so no name is hashed either. A
+//! thread's shard is merged into the retired totals when the thread exits.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::Outcome;
-use super::histogram::Histogram;
+use super::shard::{self, Shard};
+use super::totals::{Slots, TimeStats, add};
 
 /// A place in the code that records measurements under one name. The
 /// macros make one `static` per use; [`Site::named`] finds or makes one for
@@ -103,54 +103,6 @@ impl Site {
     }
 }
 
-/// Running totals of one site's durations.
-#[derive(Clone, Default)]
-pub(crate) struct TimeStats {
-    pub count: u64,
-    pub panicked: u64,
-    pub failed: u64,
-    pub total_ns: u128,
-    pub min_ns: u64,
-    pub max_ns: u64,
-    pub hist: Histogram,
-}
-
-impl TimeStats {
-    fn add(&mut self, ns: u64, outcome: Outcome) {
-        if self.count == 0 || ns < self.min_ns {
-            self.min_ns = ns;
-        }
-        self.max_ns = self.max_ns.max(ns);
-        self.count += 1;
-        self.panicked += u64::from(outcome == Outcome::Panicked);
-        self.failed += u64::from(outcome == Outcome::Failed);
-        self.total_ns += u128::from(ns);
-        self.hist.record(ns);
-    }
-
-    pub(crate) fn merge(&mut self, o: &TimeStats) {
-        if o.count == 0 {
-            return;
-        }
-        if self.count == 0 || o.min_ns < self.min_ns {
-            self.min_ns = o.min_ns;
-        }
-        self.max_ns = self.max_ns.max(o.max_ns);
-        self.count += o.count;
-        self.panicked += o.panicked;
-        self.failed += o.failed;
-        self.total_ns += o.total_ns;
-        self.hist.merge(&o.hist);
-    }
-}
-
-type Slots = Vec<Option<TimeStats>>;
-
-#[derive(Default)]
-struct Shard {
-    slots: Mutex<Slots>,
-}
-
 static SHARDS: Mutex<Vec<Arc<Shard>>> = Mutex::new(Vec::new());
 static RETIRED: Mutex<Slots> = Mutex::new(Vec::new());
 
@@ -159,7 +111,7 @@ struct Local(Arc<Shard>);
 
 impl Local {
     fn new() -> Self {
-        let shard = Arc::new(Shard::default());
+        let shard = Arc::new(Shard::new());
         lock(&SHARDS).push(shard.clone());
         Local(shard)
     }
@@ -168,8 +120,9 @@ impl Local {
 impl Drop for Local {
     fn drop(&mut self) {
         lock(&SHARDS).retain(|s| !Arc::ptr_eq(s, &self.0));
-        let slots = std::mem::take(&mut *lock(&self.0.slots));
-        merge_into(&mut lock(&RETIRED), &slots);
+        // Under RETIRED's lock, as `clear_times` bumps the epoch: a reset
+        // either comes first (the shard reads as empty) or clears these.
+        self.0.load_into(&mut lock(&RETIRED));
     }
 }
 
@@ -177,33 +130,14 @@ thread_local! {
     static LOCAL: Local = Local::new();
 }
 
-fn add(slots: &mut Slots, id: usize, ns: u64, outcome: Outcome) {
-    if slots.len() <= id {
-        slots.resize_with(id + 1, || None);
-    }
-    slots[id]
-        .get_or_insert_with(TimeStats::default)
-        .add(ns, outcome);
-}
-
-fn merge_into(into: &mut Slots, from: &Slots) {
-    for (id, s) in from.iter().enumerate() {
-        if let Some(s) = s {
-            if into.len() <= id {
-                into.resize_with(id + 1, || None);
-            }
-            into[id].get_or_insert_with(TimeStats::default).merge(s);
-        }
-    }
-}
-
 /// Adds one duration to `site`'s totals.
 #[inline]
 pub(crate) fn record_time(site: &Site, ns: u64, outcome: Outcome) {
     let id = site.id();
-    let done = LOCAL.try_with(|l| add(&mut lock(&l.0.slots), id, ns, outcome));
-    if done.is_err() {
-        // During thread teardown: straight into the retired totals.
+    let done = LOCAL.try_with(|l| l.0.add(id, ns, outcome));
+    if done != Ok(true) {
+        // During thread teardown, or a site past what a shard holds:
+        // straight into the retired totals.
         add(&mut lock(&RETIRED), id, ns, outcome);
     }
 }
@@ -212,7 +146,7 @@ pub(crate) fn record_time(site: &Site, ns: u64, outcome: Outcome) {
 pub(crate) fn time_totals() -> Vec<(&'static str, TimeStats)> {
     let mut all = lock(&RETIRED).clone();
     for shard in lock(&SHARDS).iter() {
-        merge_into(&mut all, &lock(&shard.slots));
+        shard.load_into(&mut all);
     }
     let names = lock(&NAMES).clone();
     let mut by_name: Vec<(&'static str, TimeStats)> = Vec::new();
@@ -231,8 +165,7 @@ pub(crate) fn time_totals() -> Vec<(&'static str, TimeStats)> {
 
 /// Forgets all time totals.
 pub(crate) fn clear_times() {
-    lock(&RETIRED).clear();
-    for shard in lock(&SHARDS).iter() {
-        lock(&shard.slots).clear();
-    }
+    let mut retired = lock(&RETIRED);
+    shard::reset();
+    retired.clear();
 }
