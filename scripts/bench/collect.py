@@ -89,7 +89,11 @@ def machine():
     meta = py.get("_meta", {})
     load_start = (OUT / "loadavg-start").read_text().split()[:3] if (OUT / "loadavg-start").exists() else []
     load_end = (OUT / "loadavg-end").read_text().split()[:3] if (OUT / "loadavg-end").exists() else []
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    # When the run ended (so collecting again later keeps the run's date).
+    end = OUT / "loadavg-end"
+    when = end.stat().st_mtime if end.exists() else None
+    date = datetime.datetime.fromtimestamp(when, datetime.timezone.utc) if when else datetime.datetime.now(datetime.timezone.utc)
+    date = date.strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         f"Measured {date} on {model}, {cores} cores, {mem}, Linux {platform.release()}, no GPU; "
         f"libtorch 2.13.0 (CPU, from the PyPI wheel), {rustc}"
@@ -97,7 +101,9 @@ def machine():
         + f". Load average {' '.join(load_start)} at the start, {' '.join(load_end)} at the end"
         "."
     ]
-    busy = [float(x) for x in load_start[:1] + load_end[:1]]
+    # Only the start says whether other work was running: by the end the
+    # load average holds the bench's own MLP processes and builds.
+    busy = [float(x) for x in load_start[:1]]
     if busy and max(busy) > 0.5 * (cores or 1):
         lines.append(
             "**The machine was busy with other work during this run**: absolute numbers are upper "

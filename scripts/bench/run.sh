@@ -61,7 +61,7 @@ fi
 
 # Rounds interleave the variants, so a burst of load elsewhere doesn't land
 # on one variant only; collect.py keeps each variant's fastest process.
-say "MLP workload, one process per variant, ${MLP_ROUNDS:=2} rounds"
+say "MLP workload, one process per variant, ${MLP_ROUNDS:=4} rounds"
 for _ in $(seq "$MLP_ROUNDS"); do
   for v in grad no_grad inference_mode deadline; do
     "$CARGO" bench -p tch-scope --bench mlp --quiet -- "$v" >>"$OUT/mlp.jsonl"
