@@ -218,12 +218,13 @@ pub(crate) fn reset() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+    use crate::report::lock;
+    use std::sync::{Arc, Mutex, MutexGuard};
 
     /// A reset empties every shard: these tests take turns.
     fn serial() -> MutexGuard<'static, ()> {
         static LOCK: Mutex<()> = Mutex::new(());
-        LOCK.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&LOCK)
     }
 
     fn read(s: &Shard, id: usize) -> Option<TimeStats> {
