@@ -117,3 +117,10 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor) -> std::io::Result<Tensor> 
 pub fn seeded_draw() -> Tensor {
     Tensor::rand([3], (Kind::Float, Device::Cpu))
 }
+
+/// CPU work, timed (as `downstream::timed_work`), for a blocking task.
+#[ts::timed(crate = "ts")]
+#[must_use]
+pub fn timed_work(n: u32) -> u32 {
+    (0..=n).sum()
+}

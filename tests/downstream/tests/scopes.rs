@@ -80,6 +80,32 @@ fn device_zero_panics_with_the_scope_error_where_there_is_no_gpu() {
 }
 
 #[test]
+fn timed_blocking_tasks_on_pool_threads_all_reach_the_report() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .build()
+        .unwrap();
+    let sum: u32 = rt.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|i| tokio::task::spawn_blocking(move || downstream::timed_work(i % 4)))
+            .collect();
+        let mut sum = 0;
+        for t in tasks {
+            sum += t.await.unwrap();
+        }
+        sum
+    });
+    // i % 4 in 0..4, sixteen times each: 16 × (0 + 1 + 3 + 6).
+    assert_eq!(sum, 160);
+    // Read while the pool's threads are alive, then after they have exited
+    // (their totals move to the retired ones): the same 64 runs either way.
+    let alive = ts::report().timing("downstream::timed_work").unwrap().count;
+    drop(rt);
+    let gone = ts::report().timing("downstream::timed_work").unwrap().count;
+    assert_eq!((alive, gone), (64, 64));
+}
+
+#[test]
 fn no_grad_async_fns_run_as_tasks_on_a_multi_threaded_runtime() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
