@@ -1,7 +1,5 @@
 //! [`ScopeStack`]: `contextlib.ExitStack` — scopes chosen at run time.
 
-use std::marker::PhantomData;
-
 use crate::{EntryError, Outcome, Scope, ScopeError};
 
 /// An open scope or a callback: told the outcome, then dropped.
@@ -67,7 +65,7 @@ impl<F: FnOnce(Outcome)> Exit for OnExit<F> {
 #[derive(Default)]
 pub struct ScopeStack<'a> {
     guards: Vec<Box<dyn Exit + 'a>>,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl std::fmt::Debug for ScopeStack<'_> {
@@ -166,7 +164,7 @@ impl<'a> ScopeStack<'a> {
     pub fn pop_all(&mut self) -> ScopeStack<'a> {
         ScopeStack {
             guards: std::mem::take(&mut self.guards),
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         }
     }
 

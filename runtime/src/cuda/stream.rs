@@ -1,7 +1,5 @@
 //! [`Stream`]: a CUDA stream, and the `stream(s)` scope over it.
 
-use std::marker::PhantomData;
-
 use tch::Device;
 
 use crate::{Scope, ScopeError, ffi};
@@ -168,7 +166,7 @@ impl Scope for Stream {
         Ok(StreamGuard {
             device,
             stream,
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }
@@ -179,7 +177,7 @@ impl Scope for Stream {
 pub struct StreamGuard {
     device: i8,
     stream: Raw,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl Drop for StreamGuard {

@@ -3,7 +3,6 @@
 
 use std::borrow::Cow;
 use std::ffi::CString;
-use std::marker::PhantomData;
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
@@ -282,7 +281,7 @@ impl Scope for Distributed {
         Ok(DistGuard {
             group: Group::of(&inner),
             _inner: inner,
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }
@@ -295,7 +294,7 @@ impl Scope for Distributed {
 pub struct DistGuard {
     group: Group,
     _inner: Arc<Inner>,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl Deref for DistGuard {

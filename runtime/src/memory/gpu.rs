@@ -2,7 +2,6 @@
 //! Python pattern `empty_cache(); reset_peak_memory_stats(); …;
 //! max_memory_allocated()`, through the shim (tch exposes none).
 
-use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 use tch::Device;
@@ -96,7 +95,7 @@ pub struct GpuMemoryGuard {
     failed: bool,
     #[cfg(feature = "tracing")]
     _span: Option<tracing::span::EnteredSpan>,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl std::fmt::Debug for GpuMemoryGuard {
@@ -132,7 +131,7 @@ impl Scope for GpuMemory {
                 failed: false,
                 #[cfg(feature = "tracing")]
                 _span: None,
-                _not_send: PhantomData,
+                _not_send: crate::PhantomNotSend::NEW,
             });
         }
         let start = trace_start();
@@ -156,7 +155,7 @@ impl Scope for GpuMemory {
                 )
                 .entered(),
             ),
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }

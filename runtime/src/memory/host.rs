@@ -13,7 +13,6 @@
 use std::convert::Infallible;
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
-use std::marker::PhantomData;
 use std::os::unix::fs::FileExt as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Once};
@@ -203,7 +202,7 @@ pub struct HostMemoryGuard {
     failed: bool,
     #[cfg(feature = "tracing")]
     _span: Option<tracing::span::EnteredSpan>,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl std::fmt::Debug for HostMemoryGuard {
@@ -237,7 +236,7 @@ impl Scope for HostMemory {
                 failed: false,
                 #[cfg(feature = "tracing")]
                 _span: None,
-                _not_send: PhantomData,
+                _not_send: crate::PhantomNotSend::NEW,
             });
         }
         let start = trace_start();
@@ -255,7 +254,7 @@ impl Scope for HostMemory {
                 tracing::info_span!(target: "tch_scope", "memory_scope", name = self.name)
                     .entered(),
             ),
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }

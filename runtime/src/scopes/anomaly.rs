@@ -7,7 +7,6 @@
 //! Entering saves the previous flag and `check_nan`, leaving puts both back.
 
 use std::convert::Infallible;
-use std::marker::PhantomData;
 
 use crate::Scope;
 
@@ -79,7 +78,7 @@ impl Default for DetectAnomaly {
 pub struct AnomalyGuard {
     enabled: bool,
     check_nan: bool,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 fn get() -> (bool, bool) {
@@ -100,7 +99,7 @@ impl Scope for DetectAnomaly {
         Ok(AnomalyGuard {
             enabled,
             check_nan,
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }

@@ -9,8 +9,6 @@
 //! nested scopes (`autocast(cpu, bf16)` around `autocast(cpu, f16)`, or an
 //! inner `Autocast::cpu(..).enabled(false)`) behave as in PyTorch.
 
-use std::marker::PhantomData;
-
 use tch::Kind;
 
 use crate::{Scope, ScopeError, ffi};
@@ -179,7 +177,7 @@ impl Autocast {
 pub struct AutocastGuard {
     device: AutocastDevice,
     saved: Saved,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl std::fmt::Debug for AutocastGuard {
@@ -227,7 +225,7 @@ impl Scope for Autocast {
         Ok(AutocastGuard {
             device: self.device,
             saved,
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }

@@ -27,7 +27,6 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -175,7 +174,7 @@ pub struct CheckpointGuard<'a> {
     vs: &'a VarStore,
     path: PathBuf,
     log: Rc<RefCell<Metrics>>,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl<'a> Scope for Checkpoint<'a> {
@@ -193,7 +192,7 @@ impl<'a> Scope for Checkpoint<'a> {
             vs: self.vs,
             path: self.path.clone(),
             log,
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }

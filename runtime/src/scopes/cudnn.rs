@@ -4,8 +4,6 @@
 //! takes its default, so `flags()` alone turns cuDNN off), only the flags
 //! written change; the guard puts back exactly those.
 
-use std::marker::PhantomData;
-
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
@@ -131,7 +129,7 @@ impl Cudnn {
 pub struct CudnnGuard {
     changed: [bool; 4],
     previous: [bool; 4],
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 fn set(which: &[bool; 4], value: &[bool; 4]) -> Result<(), String> {
@@ -154,7 +152,7 @@ impl Scope for Cudnn {
         Ok(CudnnGuard {
             changed,
             previous,
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }

@@ -29,7 +29,6 @@
 //! not turned into a `ScopeError` there (operators fail as above).
 
 use std::ffi::CStr;
-use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::time::Duration;
 
@@ -132,7 +131,7 @@ impl Deadline {
 pub struct DeadlineGuard {
     saved: Saved,
     budget: Duration,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl Scope for Deadline {
@@ -151,7 +150,7 @@ impl Scope for Deadline {
         Ok(DeadlineGuard {
             saved,
             budget: self.budget,
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }

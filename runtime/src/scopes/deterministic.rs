@@ -8,8 +8,6 @@
 //! also needs `CUBLAS_WORKSPACE_CONFIG=:4096:8` (or `:16:8`) in the
 //! environment before CUDA starts, as in PyTorch.
 
-use std::marker::PhantomData;
-
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
@@ -60,7 +58,7 @@ impl Deterministic {
 pub struct DeterministicGuard {
     enabled: bool,
     warn_only: bool,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 fn get() -> (bool, bool) {
@@ -82,7 +80,7 @@ impl Scope for Deterministic {
         Ok(DeterministicGuard {
             enabled,
             warn_only,
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }

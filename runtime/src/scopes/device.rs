@@ -6,7 +6,6 @@
 //! `!Send` and restores both on exit.
 
 use std::cell::Cell;
-use std::marker::PhantomData;
 
 use tch::Device;
 
@@ -148,7 +147,7 @@ impl OnDevice {
 pub struct DeviceGuard {
     previous: Device,
     previous_cuda: Option<i32>,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl Scope for OnDevice {
@@ -174,7 +173,7 @@ impl Scope for OnDevice {
         Ok(DeviceGuard {
             previous,
             previous_cuda,
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }

@@ -6,7 +6,6 @@
 
 use std::convert::Infallible;
 use std::ffi::c_void;
-use std::marker::PhantomData;
 
 use crate::Scope;
 use crate::thread_state::{self, Tls};
@@ -170,7 +169,7 @@ pub struct SetInferenceMode(pub bool);
 pub struct InferenceModeGuard {
     tls: Tls,
     saved: InferenceSaved,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl std::fmt::Debug for InferenceModeGuard {
@@ -202,7 +201,7 @@ impl Scope for SetInferenceMode {
         Ok(InferenceModeGuard {
             tls,
             saved,
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }

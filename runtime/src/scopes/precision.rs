@@ -7,8 +7,6 @@
 //! setting and the per-backend matmul entries it overwrites) and put it
 //! back exactly.
 
-use std::marker::PhantomData;
-
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
@@ -78,7 +76,7 @@ pub struct Tf32(pub bool);
 #[derive(Debug)]
 pub struct MatmulPrecisionGuard {
     saved: [i32; 3],
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 /// Saves the state, then runs `set`; `scope` names the word in errors.
@@ -94,7 +92,7 @@ fn enter_with(
         .map_err(|e| ScopeError::new(scope(), None, e))?;
     Ok(MatmulPrecisionGuard {
         saved,
-        _not_send: PhantomData,
+        _not_send: crate::PhantomNotSend::NEW,
     })
 }
 

@@ -18,7 +18,6 @@
 
 use std::convert::Infallible;
 use std::ffi::{CString, c_char, c_void};
-use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -74,7 +73,7 @@ impl Profile {
 #[derive(Debug)]
 pub struct ProfileGuard {
     path: PathBuf,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl Scope for Profile {
@@ -104,7 +103,7 @@ impl Scope for Profile {
         }
         Ok(ProfileGuard {
             path: self.path.clone(),
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }

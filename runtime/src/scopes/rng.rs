@@ -12,7 +12,6 @@
 //! draws are rewound too when the scope ends.
 
 use std::ffi::c_void;
-use std::marker::PhantomData;
 
 use crate::{Scope, ScopeError, ffi};
 
@@ -62,7 +61,7 @@ pub struct RngGuard {
     state: *mut c_void,
     /// `fork_rng` or `seed`, for an exit error.
     scope: &'static str,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 /// Which CUDA generators: all (`None`), or those listed.
@@ -84,7 +83,7 @@ fn save(scope: &'static str, devices: Devices<'_>) -> Result<RngGuard, ScopeErro
     Ok(RngGuard {
         state,
         scope,
-        _not_send: PhantomData,
+        _not_send: crate::PhantomNotSend::NEW,
     })
 }
 

@@ -3,8 +3,6 @@
 //! **Process-wide** flags. As in PyTorch, a backend not listed is off,
 //! libtorch's "overrideable" backend (for out-of-tree devices) included.
 
-use std::marker::PhantomData;
-
 use crate::Scope;
 
 unsafe extern "C" {
@@ -87,7 +85,7 @@ impl Sdpa {
 #[derive(Debug)]
 pub struct SdpaGuard {
     previous: u32,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl Scope for Sdpa {
@@ -101,7 +99,7 @@ impl Scope for Sdpa {
         unsafe { tch_scope_sdpa_set(self.bits) };
         Ok(SdpaGuard {
             previous,
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }

@@ -3,8 +3,6 @@
 //! **process-wide** state: another thread's operators see the count too
 //! while the scope is open.
 
-use std::marker::PhantomData;
-
 use crate::{Scope, ScopeError};
 
 /// `torch.set_num_threads(n)` for the scope, restored on exit.
@@ -26,7 +24,7 @@ pub struct Threads(pub usize);
 #[derive(Debug)]
 pub struct ThreadsGuard {
     previous: i32,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl Scope for Threads {
@@ -50,7 +48,7 @@ impl Scope for Threads {
         tch::set_num_threads(n);
         Ok(ThreadsGuard {
             previous,
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }

@@ -19,7 +19,6 @@
 //! streams are not billed); on a CPU device it is a wall-clock timer.
 
 use std::convert::Infallible;
-use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::time::Duration;
 
@@ -117,7 +116,7 @@ pub struct TimedGuard {
     /// Dropped only by `finish`, out of line, so that the guard's drop
     /// glue is one test and inlines.
     run: ManuallyDrop<Option<Run>>,
-    _not_send: PhantomData<*const ()>,
+    _not_send: crate::PhantomNotSend,
 }
 
 #[derive(Debug)]
@@ -153,7 +152,7 @@ impl Scope for Timed {
     fn enter(&mut self) -> Result<TimedGuard, Infallible> {
         Ok(TimedGuard {
             run: ManuallyDrop::new(report::is_enabled().then(|| self.start())),
-            _not_send: PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }
