@@ -65,7 +65,8 @@
 //!
 //! `seed`, `fork_rng`, `threads`, `detect_anomaly`, `deterministic`,
 //! `matmul_precision`, `tf32`, `cudnn` and `sdpa` change process-wide
-//! libtorch state (every thread sees it); [`ScopeStack`] enters
+//! libtorch state (every thread sees it; see
+//! [process-wide words](#process-wide-words)); [`ScopeStack`] enters
 //! scopes chosen at run time, like `contextlib.ExitStack`. Measurements of
 //! `timed` and the memory scopes go to [`report()`](report::report), to a
 //! callback ([`report::set_callback`]) and, with the `tracing` feature, to
@@ -104,8 +105,32 @@
 //!
 //! # Threads
 //! Grad mode, inference mode and the current device are per OS thread, as in
-//! libtorch, so guards are `!Send`. A thread spawned inside `no_grad` starts
-//! with grad mode on, as in PyTorch.
+//! libtorch, so their guards are `!Send` ([`PhantomNotSend`]). A thread
+//! spawned inside `no_grad` starts with grad mode on, as in PyTorch.
+//!
+//! # Process-wide words
+//! `seed`, `fork_rng`, `threads`, `deterministic`, `detect_anomaly`,
+//! `matmul_precision`, `tf32`, `cudnn` and `sdpa` set state of the whole
+//! process, which every thread sees. Their scopes may overlap across
+//! threads and end in any order: once every overlapping scope of a setting
+//! has ended, the setting is what it was before the first of them entered.
+//! While scopes of different threads overlap they share one value; a scope
+//! asking for a *different* value while another thread holds one is
+//! refused at entry with a [`ScopeError`] such as
+//! `matmul_precision("medium") conflicts with matmul_precision("high") held
+//! by thread worker-2`. `seed` and `fork_rng` are refused while another
+//! thread holds either (the default generators are one per device: the
+//! draws would interleave). Within one thread, scopes nest as always: an
+//! inner scope may set another value until it ends.
+//!
+//! In async code the holder is the task, not the thread: a future holding
+//! a process-wide word for its whole life (the macros' async code,
+//! [`Spanned`]) keeps holding it while it moves between worker threads,
+//! and two tasks interleaved on one thread are two holders. The guards are
+//! `Send`. A guard entered by hand and held across an `.await` outside the
+//! macros counts as its thread's until it drops.
+//!
+//! `threads(n)` is process-wide only in part: see [`Threads`].
 
 // The table above links `dist::Distributed`, there only with the feature
 // (docs.rs builds with it).
@@ -122,6 +147,7 @@ mod future;
 mod memory;
 mod not_send;
 mod outcome;
+mod process_wide;
 pub mod report;
 mod scope;
 mod scopes;

@@ -4,11 +4,13 @@
 //! Anomaly mode is a **process-wide** flag in libtorch: while the scope is
 //! open, backward passes on *every* thread record forward tracebacks and
 //! (with `check_nan`) fail on NaN gradients, at a large cost in speed.
-//! Entering saves the previous flag and `check_nan`, leaving puts both back.
+//! Scopes on many threads share the mode: the first saves the previous
+//! flag and `check_nan`, the last to end puts both back, in whatever order
+//! they end; one asking for another setting while another thread has one
+//! open is refused (see [process-wide words](crate#process-wide-words)).
 
-use std::convert::Infallible;
-
-use crate::Scope;
+use crate::process_wide::{self, Held, Registry};
+use crate::{Scope, ScopeError};
 
 unsafe extern "C" {
     fn tch_scope_anomaly_get(enabled: *mut bool, check_nan: *mut bool);
@@ -72,13 +74,13 @@ impl Default for DetectAnomaly {
     }
 }
 
-/// Puts back the anomaly mode found on entry.
+/// Holds the mode; the last guard of all those open (on any thread, in any
+/// order) puts back the mode found before the first. `Send`: the mode
+/// belongs to the process (see [process-wide words](crate#process-wide-words)).
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct AnomalyGuard {
-    enabled: bool,
-    check_nan: bool,
-    _not_send: crate::PhantomNotSend,
+    held: Held<Setting>,
 }
 
 fn get() -> (bool, bool) {
@@ -88,26 +90,65 @@ fn get() -> (bool, bool) {
     (enabled, check_nan)
 }
 
-impl Scope for DetectAnomaly {
-    type Guard = AnomalyGuard;
-    type Error = Infallible;
+/// Anomaly mode: a scope's value is `(enabled, check_nan)`.
+pub(crate) struct Setting;
 
-    fn enter(&mut self) -> Result<AnomalyGuard, Infallible> {
-        let (enabled, check_nan) = get();
+static REGISTRY: Registry<Setting> = Registry::new();
+
+impl process_wide::Setting for Setting {
+    type Value = (bool, bool);
+    type Saved = (bool, bool);
+
+    fn registry() -> &'static Registry<Self> {
+        &REGISTRY
+    }
+
+    fn same(a: &(bool, bool), b: &(bool, bool)) -> bool {
+        // Off is off, whatever `check_nan` says.
+        a.0 == b.0 && (!a.0 || a.1 == b.1)
+    }
+
+    fn describe(&(enabled, check_nan): &(bool, bool)) -> String {
+        match (enabled, check_nan) {
+            (false, _) => "detect_anomaly(enabled = false)".into(),
+            (true, true) => "detect_anomaly".into(),
+            (true, false) => "detect_anomaly(check_nan = false)".into(),
+        }
+    }
+
+    fn save() -> Result<(bool, bool), String> {
+        Ok(get())
+    }
+
+    fn set(&(enabled, check_nan): &(bool, bool)) -> Result<(), String> {
         // SAFETY: sets two static bools.
-        unsafe { tch_scope_anomaly_set(self.enabled, self.check_nan) };
-        Ok(AnomalyGuard {
-            enabled,
-            check_nan,
-            _not_send: crate::PhantomNotSend::NEW,
-        })
+        unsafe { tch_scope_anomaly_set(enabled, check_nan) };
+        Ok(())
+    }
+
+    fn restore(saved: &(bool, bool)) -> Result<(), String> {
+        Self::set(saved)
     }
 }
 
-impl Drop for AnomalyGuard {
-    fn drop(&mut self) {
-        // SAFETY: sets two static bools.
-        unsafe { tch_scope_anomaly_set(self.enabled, self.check_nan) };
+impl Scope for DetectAnomaly {
+    type Guard = AnomalyGuard;
+    type Error = ScopeError;
+
+    /// # Errors
+    /// Another thread or task has `detect_anomaly` open with another
+    /// setting.
+    fn enter(&mut self) -> Result<AnomalyGuard, ScopeError> {
+        Held::enter((self.enabled, self.check_nan), "detect_anomaly")
+            .map(|held| AnomalyGuard { held })
+    }
+
+    fn suspend(guard: &mut AnomalyGuard) {
+        guard.held.suspend();
+    }
+
+    fn resume(guard: &mut AnomalyGuard) {
+        guard.held.resume();
     }
 }
 

@@ -2,8 +2,11 @@
 //! `torch.backends.cudnn.flags(...)` for a scope. **Process-wide** flags.
 //! Unlike Python's `flags()`, which sets every flag (an argument left out
 //! takes its default, so `flags()` alone turns cuDNN off), only the flags
-//! written change; the guard puts back exactly those.
+//! written change; the last scope to end puts back exactly those, in
+//! whatever order scopes of many threads end (see
+//! [process-wide words](crate#process-wide-words)).
 
+use crate::process_wide::{self, Held, Registry};
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
@@ -123,13 +126,19 @@ impl Cudnn {
     }
 }
 
-/// Puts back the flags the scope changed.
+/// Holds the flags the scope sets; for each, the last guard of all those
+/// open (on any thread, in any order) puts back the flag found before the
+/// first. Each flag is a setting of its own: `cudnn(benchmark = true)` on
+/// one thread and `cudnn(deterministic = true)` on another do not
+/// conflict. `Send` (see [process-wide words](crate#process-wide-words)).
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct CudnnGuard {
-    changed: [bool; 4],
-    previous: [bool; 4],
-    _not_send: crate::PhantomNotSend,
+    // Dropped in reverse of the order entered.
+    allow_tf32: Option<Held<Flag<3>>>,
+    deterministic: Option<Held<Flag<2>>>,
+    benchmark: Option<Held<Flag<1>>>,
+    enabled: Option<Held<Flag<0>>>,
 }
 
 fn set(which: &[bool; 4], value: &[bool; 4]) -> Result<(), String> {
@@ -137,33 +146,121 @@ fn set(which: &[bool; 4], value: &[bool; 4]) -> Result<(), String> {
     ffi::check(unsafe { tch_scope_cudnn_set(which.as_ptr(), value.as_ptr()) })
 }
 
+/// One cuDNN flag, `I` in `CudnnFlags::to_array`'s order.
+pub(crate) struct Flag<const I: usize>;
+
+const NAMES: [&str; 4] = ["enabled", "benchmark", "deterministic", "allow_tf32"];
+
+static REGISTRIES: (
+    Registry<Flag<0>>,
+    Registry<Flag<1>>,
+    Registry<Flag<2>>,
+    Registry<Flag<3>>,
+) = (
+    Registry::new(),
+    Registry::new(),
+    Registry::new(),
+    Registry::new(),
+);
+
+macro_rules! flag_registry {
+    ($($i:literal => $field:tt),*) => {$(
+        impl process_wide::Setting for Flag<$i> {
+            type Value = bool;
+            type Saved = bool;
+
+            fn registry() -> &'static Registry<Self> {
+                &REGISTRIES.$field
+            }
+
+            fn same(a: &bool, b: &bool) -> bool {
+                a == b
+            }
+
+            fn describe(on: &bool) -> String {
+                format!("cudnn({} = {on})", NAMES[$i])
+            }
+
+            fn save() -> Result<bool, String> {
+                Ok(cudnn_flags().to_array()[$i])
+            }
+
+            fn set(on: &bool) -> Result<(), String> {
+                let mut which = [false; 4];
+                which[$i] = true;
+                let mut value = [false; 4];
+                value[$i] = *on;
+                set(&which, &value)
+            }
+
+            fn restore(on: &bool) -> Result<(), String> {
+                Self::set(on)
+            }
+        }
+    )*};
+}
+flag_registry!(0 => 0, 1 => 1, 2 => 2, 3 => 3);
+
+fn hold<const I: usize>(v: Option<bool>) -> Result<Option<Held<Flag<I>>>, ScopeError>
+where
+    Flag<I>: process_wide::Setting<Value = bool>,
+{
+    v.map(|on| Held::enter(on, "cudnn")).transpose()
+}
+
 impl Scope for Cudnn {
     type Guard = CudnnGuard;
     type Error = ScopeError;
 
     /// # Errors
-    /// libtorch refused a flag (`allow_tf32` where PyTorch's legacy and
-    /// per-backend precision APIs were mixed).
+    /// Another thread or task has a flag this scope sets open with the
+    /// other value, or libtorch refused a flag (`allow_tf32` where
+    /// PyTorch's legacy and per-backend precision APIs were mixed). The
+    /// flags set before the one refused are put back.
     fn enter(&mut self) -> Result<CudnnGuard, ScopeError> {
-        let previous = cudnn_flags().to_array();
-        let changed = self.set.map(|v| v.is_some());
-        let value = self.set.map(|v| v.unwrap_or(false));
-        set(&changed, &value).map_err(|e| ScopeError::new("cudnn", None, e))?;
+        let [enabled, benchmark, deterministic, allow_tf32] = self.set;
+        let enabled = hold::<0>(enabled)?;
+        let benchmark = hold::<1>(benchmark)?;
+        let deterministic = hold::<2>(deterministic)?;
+        let allow_tf32 = hold::<3>(allow_tf32)?;
         Ok(CudnnGuard {
-            changed,
-            previous,
-            _not_send: crate::PhantomNotSend::NEW,
+            allow_tf32,
+            deterministic,
+            benchmark,
+            enabled,
         })
+    }
+
+    fn suspend(guard: &mut CudnnGuard) {
+        guard.each(
+            |h| h.suspend(),
+            |h| h.suspend(),
+            |h| h.suspend(),
+            |h| h.suspend(),
+        );
+    }
+
+    fn resume(guard: &mut CudnnGuard) {
+        guard.each(
+            |h| h.resume(),
+            |h| h.resume(),
+            |h| h.resume(),
+            |h| h.resume(),
+        );
     }
 }
 
-impl Drop for CudnnGuard {
-    fn drop(&mut self) {
-        if let Err(e) = set(&self.changed, &self.previous) {
-            crate::exit::report(
-                "cudnn",
-                format_args!("could not restore the cuDNN flags: {e}"),
-            );
-        }
+impl CudnnGuard {
+    fn each(
+        &self,
+        a: impl FnOnce(&Held<Flag<0>>),
+        b: impl FnOnce(&Held<Flag<1>>),
+        c: impl FnOnce(&Held<Flag<2>>),
+        d: impl FnOnce(&Held<Flag<3>>),
+    ) {
+        self.enabled.as_ref().map(a);
+        self.benchmark.as_ref().map(b);
+        self.deterministic.as_ref().map(c);
+        self.allow_tf32.as_ref().map(d);
     }
 }

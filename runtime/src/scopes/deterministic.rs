@@ -3,11 +3,15 @@
 //!
 //! The flag is **process-wide** in libtorch: while the scope is open, ops on
 //! *every* thread pick deterministic kernels and those without one raise an
-//! error (or, with `warn_only`, a warning). Entering saves the previous flag
-//! and `warn_only`, leaving puts both back. On CUDA, deterministic cuBLAS
+//! error (or, with `warn_only`, a warning). Scopes on many threads share
+//! the flag: the first saves the previous flag and `warn_only`, the last
+//! to end puts both back, in whatever order they end; one asking for
+//! another `warn_only` while another thread has the flag is refused (see
+//! [process-wide words](crate#process-wide-words)). On CUDA, deterministic cuBLAS
 //! also needs `CUBLAS_WORKSPACE_CONFIG=:4096:8` (or `:16:8`) in the
 //! environment before CUDA starts, as in PyTorch.
 
+use crate::process_wide::{self, Held, Registry};
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
@@ -52,13 +56,14 @@ impl Deterministic {
     }
 }
 
-/// Puts back the setting found on entry.
+/// Holds the setting; the last guard of all those open (on any thread, in
+/// any order) puts back the setting found before the first. `Send`: the
+/// flag belongs to the process, not to a thread (see
+/// [process-wide words](crate#process-wide-words)).
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct DeterministicGuard {
-    enabled: bool,
-    warn_only: bool,
-    _not_send: crate::PhantomNotSend,
+    held: Held<Setting>,
 }
 
 fn get() -> (bool, bool) {
@@ -68,33 +73,66 @@ fn get() -> (bool, bool) {
     (enabled, warn_only)
 }
 
+fn set(enabled: bool, warn_only: bool) -> Result<(), String> {
+    // SAFETY: plain values; exceptions caught by the shim.
+    ffi::check(unsafe { tch_scope_deterministic_set(enabled, warn_only) })
+}
+
+/// `use_deterministic_algorithms`: a scope's value is its `warn_only`.
+pub(crate) struct Setting;
+
+static REGISTRY: Registry<Setting> = Registry::new();
+
+impl process_wide::Setting for Setting {
+    type Value = bool;
+    type Saved = (bool, bool);
+
+    fn registry() -> &'static Registry<Self> {
+        &REGISTRY
+    }
+
+    fn same(a: &bool, b: &bool) -> bool {
+        a == b
+    }
+
+    fn describe(warn_only: &bool) -> String {
+        if *warn_only {
+            "deterministic(warn_only)".into()
+        } else {
+            "deterministic".into()
+        }
+    }
+
+    fn save() -> Result<(bool, bool), String> {
+        Ok(get())
+    }
+
+    fn set(warn_only: &bool) -> Result<(), String> {
+        set(true, *warn_only)
+    }
+
+    fn restore(&(enabled, warn_only): &(bool, bool)) -> Result<(), String> {
+        set(enabled, warn_only)
+    }
+}
+
 impl Scope for Deterministic {
     type Guard = DeterministicGuard;
     type Error = ScopeError;
 
+    /// # Errors
+    /// Another thread or task has `deterministic` open with another
+    /// `warn_only`, or libtorch refused.
     fn enter(&mut self) -> Result<DeterministicGuard, ScopeError> {
-        let (enabled, warn_only) = get();
-        // SAFETY: plain values; exceptions caught by the shim.
-        ffi::check(unsafe { tch_scope_deterministic_set(true, self.warn_only) })
-            .map_err(|e| ScopeError::new("deterministic", None, e))?;
-        Ok(DeterministicGuard {
-            enabled,
-            warn_only,
-            _not_send: crate::PhantomNotSend::NEW,
-        })
+        Held::enter(self.warn_only, "deterministic").map(|held| DeterministicGuard { held })
     }
-}
 
-impl Drop for DeterministicGuard {
-    fn drop(&mut self) {
-        // SAFETY: plain values; exceptions caught by the shim.
-        let status = unsafe { tch_scope_deterministic_set(self.enabled, self.warn_only) };
-        if let Err(e) = ffi::check(status) {
-            crate::exit::report(
-                "deterministic",
-                format_args!("could not restore deterministic algorithms: {e}"),
-            );
-        }
+    fn suspend(guard: &mut DeterministicGuard) {
+        guard.held.suspend();
+    }
+
+    fn resume(guard: &mut DeterministicGuard) {
+        guard.held.resume();
     }
 }
 

@@ -3,10 +3,12 @@
 //! `torch.backends.cuda.matmul.allow_tf32`). In libtorch these are one
 //! setting seen two ways — `"high"` and `"medium"` allow TF32, `"highest"`
 //! does not — and **process-wide**: every thread's matmuls see it while the
-//! scope is open. Both guards save the whole matmul state (the legacy
-//! setting and the per-backend matmul entries it overwrites) and put it
-//! back exactly.
+//! scope is open. The first open scope saves the whole matmul state (the
+//! legacy setting and the per-backend matmul entries it overwrites) and
+//! the last to end puts it back exactly, in whatever order scopes of many
+//! threads end (see [process-wide words](crate#process-wide-words)).
 
+use crate::process_wide::{self, Held, Registry};
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
@@ -71,29 +73,75 @@ impl MatmulPrecision {
 #[derive(Debug, Clone, Copy)]
 pub struct Tf32(pub bool);
 
-/// Puts the matmul precision found on entry back.
+/// Holds the precision; the last guard of all those open (on any thread,
+/// in any order) puts back the matmul state found before the first. `Send`
+/// (see [process-wide words](crate#process-wide-words)). `tf32(true)` and
+/// `matmul_precision("high")` are the same value, and so are `tf32(false)`
+/// and `matmul_precision("highest")`: scopes of two threads spelling them
+/// differently share it.
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct MatmulPrecisionGuard {
-    saved: [i32; 3],
-    _not_send: crate::PhantomNotSend,
+    held: Held<Setting>,
 }
 
-/// Saves the state, then runs `set`; `scope` names the word in errors.
-fn enter_with(
-    scope: impl FnOnce() -> String,
-    set: impl FnOnce() -> ffi::Status,
-) -> Result<MatmulPrecisionGuard, ScopeError> {
-    let mut saved = [0; 3];
-    // SAFETY: room for the 3 values the shim writes.
-    let status = unsafe { tch_scope_matmul_save(saved.as_mut_ptr()) };
-    ffi::check(status)
-        .and_then(|()| ffi::check(set()))
-        .map_err(|e| ScopeError::new(scope(), None, e))?;
-    Ok(MatmulPrecisionGuard {
-        saved,
-        _not_send: crate::PhantomNotSend::NEW,
-    })
+/// The float32 matmul precision: a scope's value is the level (an index
+/// into [`PRECISIONS`]) and whether it was spelled `tf32(..)`.
+pub(crate) struct Setting;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Level {
+    index: usize,
+    tf32: bool,
+}
+
+static REGISTRY: Registry<Setting> = Registry::new();
+
+impl process_wide::Setting for Setting {
+    type Value = Level;
+    type Saved = [i32; 3];
+
+    fn registry() -> &'static Registry<Self> {
+        &REGISTRY
+    }
+
+    fn same(a: &Level, b: &Level) -> bool {
+        a.index == b.index
+    }
+
+    fn describe(l: &Level) -> String {
+        if l.tf32 {
+            format!("tf32({})", l.index == 1)
+        } else {
+            format!("matmul_precision({:?})", PRECISIONS[l.index])
+        }
+    }
+
+    fn save() -> Result<[i32; 3], String> {
+        let mut saved = [0; 3];
+        // SAFETY: room for the 3 values the shim writes.
+        ffi::check(unsafe { tch_scope_matmul_save(saved.as_mut_ptr()) })?;
+        Ok(saved)
+    }
+
+    fn set(l: &Level) -> Result<(), String> {
+        ffi::check(if l.tf32 {
+            // SAFETY: a plain value; exceptions caught.
+            unsafe { tch_scope_matmul_set_tf32(l.index == 1) }
+        } else {
+            // SAFETY: a static NUL-terminated name; exceptions caught.
+            unsafe { tch_scope_matmul_set_precision(PRECISIONS_C[l.index].as_ptr()) }
+        })
+    }
+
+    fn restore(saved: &[i32; 3]) -> Result<(), String> {
+        // SAFETY: the 3 values the shim saved; exceptions caught.
+        ffi::check(unsafe { tch_scope_matmul_restore(saved.as_ptr()) })
+    }
+}
+
+fn enter(level: Level) -> Result<MatmulPrecisionGuard, ScopeError> {
+    Held::enter(level, "matmul_precision").map(|held| MatmulPrecisionGuard { held })
 }
 
 impl Scope for MatmulPrecision {
@@ -101,22 +149,27 @@ impl Scope for MatmulPrecision {
     type Error = ScopeError;
 
     /// # Errors
-    /// The name is not one of `"highest"`, `"high"`, `"medium"`, or the
-    /// precision was set through both PyTorch's legacy and its per-backend
-    /// `fp32_precision` API (libtorch then refuses to read it).
+    /// The name is not one of `"highest"`, `"high"`, `"medium"`; another
+    /// thread or task has another precision open; or the precision was set
+    /// through both PyTorch's legacy and its per-backend `fp32_precision`
+    /// API (libtorch then refuses to read it).
     fn enter(&mut self) -> Result<MatmulPrecisionGuard, ScopeError> {
-        let i = self.precision.clone().map_err(|name| {
+        let index = self.precision.clone().map_err(|name| {
             ScopeError::new(
                 format!("matmul_precision({name:?})"),
                 None,
                 "the precision must be \"highest\", \"high\" or \"medium\"",
             )
         })?;
-        enter_with(
-            || format!("matmul_precision({:?})", PRECISIONS[i]),
-            // SAFETY: a static NUL-terminated name; exceptions caught.
-            || unsafe { tch_scope_matmul_set_precision(PRECISIONS_C[i].as_ptr()) },
-        )
+        enter(Level { index, tf32: false })
+    }
+
+    fn suspend(guard: &mut MatmulPrecisionGuard) {
+        guard.held.suspend();
+    }
+
+    fn resume(guard: &mut MatmulPrecisionGuard) {
+        guard.held.resume();
     }
 }
 
@@ -125,27 +178,21 @@ impl Scope for Tf32 {
     type Error = ScopeError;
 
     /// # Errors
-    /// As for [`MatmulPrecision`]: the two precision APIs were mixed.
+    /// As for [`MatmulPrecision`]: another precision is open on another
+    /// thread, or the two precision APIs were mixed.
     fn enter(&mut self) -> Result<MatmulPrecisionGuard, ScopeError> {
-        let allow = self.0;
-        enter_with(
-            || format!("tf32({allow})"),
-            // SAFETY: a plain value; exceptions caught.
-            || unsafe { tch_scope_matmul_set_tf32(allow) },
-        )
+        enter(Level {
+            index: usize::from(self.0),
+            tf32: true,
+        })
     }
-}
 
-impl Drop for MatmulPrecisionGuard {
-    fn drop(&mut self) {
-        // SAFETY: the 3 values the shim saved; exceptions caught.
-        let status = unsafe { tch_scope_matmul_restore(self.saved.as_ptr()) };
-        if let Err(e) = ffi::check(status) {
-            crate::exit::report(
-                "matmul_precision",
-                format_args!("could not restore the matmul precision: {e}"),
-            );
-        }
+    fn suspend(guard: &mut MatmulPrecisionGuard) {
+        guard.held.suspend();
+    }
+
+    fn resume(guard: &mut MatmulPrecisionGuard) {
+        guard.held.resume();
     }
 }
 

@@ -9,10 +9,14 @@
 //! that forking every device is slow on a machine with many GPUs. The
 //! generators are **process-wide**: another thread
 //! drawing while the scope is open advances the same generators, and its
-//! draws are rewound too when the scope ends.
+//! draws are rewound too when the scope ends. So a `seed` or `fork_rng`
+//! scope of another thread (or async task) is refused while one is open;
+//! within one thread they nest (see
+//! [process-wide words](crate#process-wide-words)).
 
 use std::ffi::c_void;
 
+use crate::process_wide::{self, Held, Registry};
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
@@ -53,15 +57,64 @@ pub struct ForkRng;
 #[derive(Debug, Clone, Copy)]
 pub struct Seed(pub u64);
 
-/// Restores the generator states saved on entry. `!Send`, like every guard,
-/// so scopes unwind in order on one thread's stack.
+/// Restores the generator states saved on entry. While it is open, a
+/// `seed` or `fork_rng` of another thread or task is refused (the default
+/// generators are one per device: the draws would interleave); within one
+/// thread (or task) they nest. `Send`: the generators belong to the
+/// process, and the guard may end on another thread than it began (a
+/// task's; see [process-wide words](crate#process-wide-words)).
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct RngGuard {
     state: *mut c_void,
     /// `fork_rng` or `seed`, for an exit error.
     scope: &'static str,
-    _not_send: crate::PhantomNotSend,
+    /// Dropped after the state is restored.
+    held: Held<Generators>,
+}
+
+// SAFETY: `state` is the shim's heap copy of the generators' states, owned
+// by this guard alone; restoring and freeing it from any thread is fine
+// (libtorch locks each generator's mutex to set its state).
+unsafe impl Send for RngGuard {}
+
+/// The default generators: no value is shared between holders.
+pub(crate) struct Generators;
+
+static REGISTRY: Registry<Generators> = Registry::new();
+
+impl process_wide::Setting for Generators {
+    /// The seed, or `None` for `fork_rng`.
+    type Value = Option<u64>;
+    type Saved = ();
+
+    fn registry() -> &'static Registry<Self> {
+        &REGISTRY
+    }
+
+    fn same(_: &Option<u64>, _: &Option<u64>) -> bool {
+        false
+    }
+
+    fn describe(seed: &Option<u64>) -> String {
+        match seed {
+            Some(n) => format!("seed({n})"),
+            None => "fork_rng".into(),
+        }
+    }
+
+    // The guard saves and restores the states itself, one copy each.
+    fn save() -> Result<(), String> {
+        Ok(())
+    }
+
+    fn set(_: &Option<u64>) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn restore((): &()) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Which CUDA generators: all (`None`), or those listed.
@@ -73,18 +126,19 @@ fn raw(devices: Devices<'_>) -> (*const i32, i32) {
     })
 }
 
-fn save(scope: &'static str, devices: Devices<'_>) -> Result<RngGuard, ScopeError> {
+fn save(
+    scope: &'static str,
+    seed: Option<u64>,
+    devices: Devices<'_>,
+) -> Result<RngGuard, ScopeError> {
+    let held = Held::enter(seed, scope)?;
     let mut state = std::ptr::null_mut();
     let (list, n) = raw(devices);
     // SAFETY: `n` device indices at `list`; `state` is writable; the shim
     // catches C++ exceptions.
     ffi::check(unsafe { tch_scope_rng_save(list, n, &mut state) })
         .map_err(|e| ScopeError::new(scope, None, e))?;
-    Ok(RngGuard {
-        state,
-        scope,
-        _not_send: crate::PhantomNotSend::NEW,
-    })
+    Ok(RngGuard { state, scope, held })
 }
 
 impl Scope for ForkRng {
@@ -92,7 +146,15 @@ impl Scope for ForkRng {
     type Error = ScopeError;
 
     fn enter(&mut self) -> Result<RngGuard, ScopeError> {
-        save("fork_rng", None)
+        save("fork_rng", None, None)
+    }
+
+    fn suspend(guard: &mut RngGuard) {
+        guard.held.suspend();
+    }
+
+    fn resume(guard: &mut RngGuard) {
+        guard.held.resume();
     }
 }
 
@@ -103,10 +165,18 @@ impl Scope for Seed {
     fn enter(&mut self) -> Result<RngGuard, ScopeError> {
         seeded("seed", self.0, None)
     }
+
+    fn suspend(guard: &mut RngGuard) {
+        guard.held.suspend();
+    }
+
+    fn resume(guard: &mut RngGuard) {
+        guard.held.resume();
+    }
 }
 
 fn seeded(scope: &'static str, n: u64, devices: Devices<'_>) -> Result<RngGuard, ScopeError> {
-    let guard = save(scope, devices)?;
+    let guard = save(scope, Some(n), devices)?;
     let (list, len) = raw(devices);
     // On failure `guard` drops here and restores what was saved.
     // SAFETY: `len` device indices at `list`; the shim catches C++ exceptions.
@@ -198,9 +268,17 @@ impl Scope for ForkDevices {
         let devices = Some(&self.devices[..]);
         match self.seed {
             Some(n) => seeded("seed", n, devices),
-            None => save("fork_rng", devices),
+            None => save("fork_rng", None, devices),
         }
         .map_err(|e| self.error(e))
+    }
+
+    fn suspend(guard: &mut RngGuard) {
+        guard.held.suspend();
+    }
+
+    fn resume(guard: &mut RngGuard) {
+        guard.held.resume();
     }
 }
 

@@ -3,7 +3,8 @@
 //! **Process-wide** flags. As in PyTorch, a backend not listed is off,
 //! libtorch's "overrideable" backend (for out-of-tree devices) included.
 
-use crate::Scope;
+use crate::process_wide::{self, Held, Registry};
+use crate::{Scope, ScopeError};
 
 unsafe extern "C" {
     fn tch_scope_sdpa_get() -> u32;
@@ -80,33 +81,78 @@ impl Sdpa {
     }
 }
 
-/// Puts back the backends enabled on entry.
+/// Holds the backends; the last guard of all those open (on any thread,
+/// in any order) puts back those enabled before the first. `Send`: the
+/// flags belong to the process (see
+/// [process-wide words](crate#process-wide-words)).
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct SdpaGuard {
-    previous: u32,
-    _not_send: crate::PhantomNotSend,
+    held: Held<Setting>,
+}
+
+/// The enabled backends: a scope's value is their bits.
+pub(crate) struct Setting;
+
+static REGISTRY: Registry<Setting> = Registry::new();
+
+impl process_wide::Setting for Setting {
+    type Value = u32;
+    type Saved = u32;
+
+    fn registry() -> &'static Registry<Self> {
+        &REGISTRY
+    }
+
+    fn same(a: &u32, b: &u32) -> bool {
+        a == b
+    }
+
+    fn describe(bits: &u32) -> String {
+        let names: Vec<&str> = SdpaBackend::ALL
+            .into_iter()
+            .filter(|b| bits & b.bit() != 0)
+            .map(|b| match b {
+                SdpaBackend::Flash => "flash",
+                SdpaBackend::MemEfficient => "mem_efficient",
+                SdpaBackend::Math => "math",
+                SdpaBackend::Cudnn => "cudnn",
+            })
+            .collect();
+        format!("sdpa({})", names.join(", "))
+    }
+
+    fn save() -> Result<u32, String> {
+        // SAFETY: no arguments; flags of the global context.
+        Ok(unsafe { tch_scope_sdpa_get() })
+    }
+
+    fn set(bits: &u32) -> Result<(), String> {
+        // SAFETY: plain values; flags of the global context.
+        unsafe { tch_scope_sdpa_set(*bits) };
+        Ok(())
+    }
+
+    fn restore(bits: &u32) -> Result<(), String> {
+        Self::set(bits)
+    }
 }
 
 impl Scope for Sdpa {
     type Guard = SdpaGuard;
-    type Error = std::convert::Infallible;
+    type Error = ScopeError;
 
-    fn enter(&mut self) -> Result<SdpaGuard, Self::Error> {
-        // SAFETY: plain values; flags of the global context.
-        let previous = unsafe { tch_scope_sdpa_get() };
-        // SAFETY: as above.
-        unsafe { tch_scope_sdpa_set(self.bits) };
-        Ok(SdpaGuard {
-            previous,
-            _not_send: crate::PhantomNotSend::NEW,
-        })
+    /// # Errors
+    /// Another thread or task has `sdpa` open with other backends.
+    fn enter(&mut self) -> Result<SdpaGuard, ScopeError> {
+        Held::enter(self.bits, "sdpa").map(|held| SdpaGuard { held })
     }
-}
 
-impl Drop for SdpaGuard {
-    fn drop(&mut self) {
-        // SAFETY: the bits read on entry.
-        unsafe { tch_scope_sdpa_set(self.previous) };
+    fn suspend(guard: &mut SdpaGuard) {
+        guard.held.suspend();
+    }
+
+    fn resume(guard: &mut SdpaGuard) {
+        guard.held.resume();
     }
 }

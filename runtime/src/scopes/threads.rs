@@ -3,6 +3,7 @@
 //! **process-wide** state: another thread's operators see the count too
 //! while the scope is open.
 
+use crate::process_wide::{self, Held, Registry};
 use crate::{Scope, ScopeError};
 
 /// `torch.set_num_threads(n)` for the scope, restored on exit.
@@ -19,12 +20,49 @@ use crate::{Scope, ScopeError};
 #[derive(Debug, Clone, Copy)]
 pub struct Threads(pub usize);
 
-/// Puts the thread count found on entry back.
+/// Holds the count; the last guard of all those open (on any thread, in
+/// any order) puts back the count found before the first. `Send` (see
+/// [process-wide words](crate#process-wide-words)); see the
+/// [module docs](self) for the per-thread part of the count.
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct ThreadsGuard {
-    previous: i32,
-    _not_send: crate::PhantomNotSend,
+    held: Held<Setting>,
+}
+
+/// `at::set_num_threads`: a scope's value is its count.
+pub(crate) struct Setting;
+
+static REGISTRY: Registry<Setting> = Registry::new();
+
+impl process_wide::Setting for Setting {
+    type Value = i32;
+    type Saved = i32;
+
+    fn registry() -> &'static Registry<Self> {
+        &REGISTRY
+    }
+
+    fn same(a: &i32, b: &i32) -> bool {
+        a == b
+    }
+
+    fn describe(n: &i32) -> String {
+        format!("threads({n})")
+    }
+
+    fn save() -> Result<i32, String> {
+        Ok(tch::get_num_threads())
+    }
+
+    fn set(n: &i32) -> Result<(), String> {
+        tch::set_num_threads(*n);
+        Ok(())
+    }
+
+    fn restore(n: &i32) -> Result<(), String> {
+        Self::set(n)
+    }
 }
 
 impl Scope for Threads {
@@ -32,7 +70,8 @@ impl Scope for Threads {
     type Error = ScopeError;
 
     /// # Errors
-    /// `n` is 0 or more than `i32::MAX` (libtorch would throw).
+    /// `n` is 0 or more than `i32::MAX` (libtorch would throw), or another
+    /// thread or task has `threads` open with another count.
     fn enter(&mut self) -> Result<ThreadsGuard, ScopeError> {
         let n = i32::try_from(self.0)
             .ok()
@@ -44,17 +83,14 @@ impl Scope for Threads {
                     "the intra-op thread count must be between 1 and 2^31 - 1",
                 )
             })?;
-        let previous = tch::get_num_threads();
-        tch::set_num_threads(n);
-        Ok(ThreadsGuard {
-            previous,
-            _not_send: crate::PhantomNotSend::NEW,
-        })
+        Held::enter(n, "threads").map(|held| ThreadsGuard { held })
     }
-}
 
-impl Drop for ThreadsGuard {
-    fn drop(&mut self) {
-        tch::set_num_threads(self.previous);
+    fn suspend(guard: &mut ThreadsGuard) {
+        guard.held.suspend();
+    }
+
+    fn resume(guard: &mut ThreadsGuard) {
+        guard.held.resume();
     }
 }
