@@ -1,7 +1,26 @@
 //! `threads(n)`: libtorch's intra-op thread count (`torch.set_num_threads`)
-//! for the scope, the old count put back on exit. Like the RNG this is
-//! **process-wide** state: another thread's operators see the count too
-//! while the scope is open.
+//! for the scope, the old count put back when the last overlapping scope
+//! ends.
+//!
+//! With libtorch's OpenMP build the count is only partly process-wide:
+//! `at::set_num_threads` stores a process value *and* sets the calling
+//! thread's OpenMP count, and every other thread copies the process value
+//! at its first parallel op, then keeps its own. Measured
+//! (`tests/concurrent.rs`, `threads_reaches_new_threads_and_the_entering_one_only`):
+//!
+//! - the thread that enters the scope, and a thread that runs its first op
+//!   while the scope is open, use `n`;
+//! - a thread that ran an op before the scope opened keeps its count: the
+//!   scope does not reach it;
+//! - at the end, the process value and the count of the thread that leaves
+//!   the last scope are put back, so a thread born after uses the old count.
+//!
+//! What cannot be put back: a thread that first ran an op inside the scope
+//! keeps `n` for its life, and when the last scope ends on another thread
+//! than the first entered (scopes of two threads sharing `n`, or a task
+//! that moved), the entering thread keeps `n` too. libtorch offers no way
+//! to set another thread's OpenMP count. For a pool of worker threads, set
+//! the count once at start-up, or enter `threads(n)` on each worker.
 
 use crate::process_wide::{self, Held, Registry};
 use crate::{Scope, ScopeError};
