@@ -302,3 +302,140 @@ fn a_failed_switch_is_a_scope_error_and_restores() {
     assert!(is_grad_enabled());
     assert!(Mode::train(&model).enter().is_err());
 }
+
+// ---- models shared between threads (issue 25) ------------------------------
+
+/// Two threads hold `eval` on one `Arc<CModule>`; the first in leaves
+/// first: the model stays in eval mode until the second leaves, then all
+/// its modes come back.
+#[test]
+fn two_eval_scopes_from_two_threads_share_the_mode() {
+    use std::sync::{Arc, Barrier};
+    let model = Arc::new(load("mixed_modes.pt"));
+    let saved = model.modes().unwrap().to_vec();
+    let barrier = Arc::new(Barrier::new(2));
+    let spawn = |first: bool| {
+        let (model, barrier) = (Arc::clone(&model), Arc::clone(&barrier));
+        std::thread::Builder::new()
+            .name(format!("model-{}", u8::from(!first) + 1))
+            .spawn(move || {
+                if !first {
+                    barrier.wait(); // 1: T1 is in
+                }
+                let g = Mode::eval(&*model).enter().unwrap();
+                if first {
+                    barrier.wait(); // 1
+                }
+                barrier.wait(); // 2: both in
+                let both = model.modes().unwrap().to_vec();
+                if first {
+                    drop(g);
+                    barrier.wait(); // 3: T1 out
+                    (both, Vec::new())
+                } else {
+                    barrier.wait(); // 3
+                    let after_t1 = model.modes().unwrap().to_vec();
+                    // The other mode from this thread while T1's is gone:
+                    // nested in its own scope, allowed.
+                    drop(g);
+                    (both, after_t1)
+                }
+            })
+            .unwrap()
+    };
+    let (t1, t2) = (spawn(true), spawn(false));
+    let (b1, _) = t1.join().unwrap();
+    let (b2, after_t1) = t2.join().unwrap();
+    assert_eq!(b1, vec![false; 5]);
+    assert_eq!(b2, vec![false; 5]);
+    assert_eq!(after_t1, vec![false; 5], "still eval: T2 holds it");
+    assert_eq!(
+        model.modes().unwrap().to_vec(),
+        saved,
+        "as before the first"
+    );
+}
+
+#[test]
+fn the_other_mode_from_another_thread_is_refused() {
+    use std::sync::Arc;
+    let model = Arc::new(load("bn_dropout.pt"));
+    let g = Mode::eval(&*model).enter().unwrap();
+    let m = Arc::clone(&model);
+    let e = std::thread::Builder::new()
+        .name("trainer".into())
+        .spawn(move || Mode::train(&*m).enter().map(drop).unwrap_err())
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "cannot enter `train`: train(model) conflicts with eval(model) held by thread {}",
+            std::thread::current().name().unwrap()
+        )
+    );
+    assert_eq!(model.modes().unwrap().to_vec(), vec![false; 5], "untouched");
+    drop(g);
+    assert_eq!(model.modes().unwrap().to_vec(), vec![true; 5]);
+}
+
+#[test]
+fn two_eval_scopes_left_out_of_order_on_one_thread() {
+    let model = load("mixed_modes.pt");
+    let saved = model.modes().unwrap().to_vec();
+    let a = Mode::eval(&model).enter().unwrap();
+    let b = Mode::eval(&model).enter().unwrap();
+    drop(a);
+    assert_eq!(
+        model.modes().unwrap().to_vec(),
+        vec![false; 5],
+        "b still open"
+    );
+    drop(b);
+    assert_eq!(model.modes().unwrap().to_vec(), saved);
+    // train inside eval, the outer left first: the inner's mode stays.
+    let a = Mode::eval(&model).enter().unwrap();
+    let b = Mode::train(&model).enter().unwrap();
+    drop(a);
+    assert_eq!(model.modes().unwrap().to_vec(), vec![true; 5]);
+    drop(b);
+    assert_eq!(model.modes().unwrap().to_vec(), saved);
+}
+
+/// 4 threads × 50 calls on one `Arc<Inference<CModule>>`: every output is
+/// PyTorch's eval output, and the model comes back in its modes.
+#[test]
+fn inference_shared_by_four_threads_matches_pytorch() {
+    use std::sync::Arc;
+    use tch_scope::Inference;
+    fn shared<T: Send + Sync>(_: &T) {}
+    let model = load("bn_dropout.pt");
+    let before = model.modes().unwrap().to_vec();
+    let served = Arc::new(Inference::new(model).unwrap());
+    shared(&served);
+    assert_eq!(served.get_ref().modes().unwrap().to_vec(), vec![false; 5]);
+    let want = tensor("eval_output");
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let (served, x, want) = (Arc::clone(&served), tensor("input"), want.shallow_clone());
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    let y = served.run(|m| {
+                        assert!(tch_scope::is_inference_mode_enabled());
+                        m.forward_ts(&[&x]).unwrap()
+                    });
+                    assert!(max_diff(&y, &want) < 1e-6, "{y} vs PyTorch {want}");
+                }
+                50
+            })
+        })
+        .collect();
+    let calls: i32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(calls, 200);
+    let model = Arc::into_inner(served).unwrap().into_inner();
+    assert_eq!(model.modes().unwrap().to_vec(), before);
+    // BatchNorm's running stats untouched by 200 eval calls.
+    let y = scoped!(no_grad, eval(model) => model.forward_ts(&[tensor("input")]).unwrap());
+    assert!(max_diff(&y, &want) < 1e-6);
+}

@@ -71,15 +71,15 @@ pub(crate) trait Setting: 'static {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-fn next_id() -> u64 {
+pub(crate) fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
 /// This thread, as entries record it: an id (never 0) and a label for
 /// messages ("worker-2", or the id).
-struct Me {
-    id: u64,
-    label: Arc<str>,
+pub(crate) struct Me {
+    pub(crate) id: u64,
+    pub(crate) label: Arc<str>,
 }
 
 thread_local! {
@@ -97,7 +97,7 @@ thread_local! {
     };
 }
 
-fn me<R>(f: impl FnOnce(&Me) -> R) -> R {
+pub(crate) fn me<R>(f: impl FnOnce(&Me) -> R) -> R {
     ME.with(f)
 }
 

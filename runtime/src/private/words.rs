@@ -72,13 +72,19 @@ pub fn with<S: Scope>(scope: S) -> impl Scope<Guard = S::Guard, Error = S::Error
 /// model rather than moving it. The opaque return type keeps a
 /// non-`Trainable` model to one error, at the user's expression.
 #[inline(always)]
-pub fn eval<T: Trainable + ?Sized>(model: &T) -> impl Scope<Error = ScopeError> {
+pub fn eval<T: Trainable + ?Sized>(model: &T) -> impl Scope<Error = ScopeError>
+where
+    T::Modes: Send + 'static,
+{
     Mode::eval(model)
 }
 
 /// `train(model)`; see [`eval`].
 #[inline(always)]
-pub fn train<T: Trainable + ?Sized>(model: &T) -> impl Scope<Error = ScopeError> {
+pub fn train<T: Trainable + ?Sized>(model: &T) -> impl Scope<Error = ScopeError>
+where
+    T::Modes: Send + 'static,
+{
     Mode::train(model)
 }
 

@@ -18,6 +18,7 @@ pub(crate) mod cudnn;
 pub(crate) mod deterministic;
 pub(crate) mod device;
 pub(crate) mod grad;
+pub(crate) mod inference;
 pub(crate) mod precision;
 pub(crate) mod profile;
 pub(crate) mod rng;

@@ -2,8 +2,28 @@
 //! like the `model.eval()` … `model.train(was_training)` pattern of PyTorch.
 //!
 //! A model's mode is state of the model, not of the thread: the guard holds
-//! a shared borrow of the model and puts back, on every exit, exactly the
-//! modes it found — for a TorchScript module, each submodule's own flag.
+//! a shared borrow of the model, and the last scope open on the model puts
+//! back exactly the modes found before the first — for a TorchScript
+//! module, each submodule's own flag.
+//!
+//! # Models shared between threads
+//! Scopes on one model from several threads share its mode (a count per
+//! model): two `eval(model)` scopes on an `Arc<CModule>` from two threads
+//! may end in any order, and the modes come back after the last. A scope
+//! asking for the other mode while another thread holds the model is
+//! refused at entry with a [`ScopeError`] (`train(model) conflicts with
+//! eval(model) held by thread worker-1`). Within one thread, scopes nest
+//! as always: `train(model) => { eval(model) => … }`.
+//!
+//! The mode is flags *in the model*, which every forward pass reads. So a
+//! scope on a model that another thread runs **outside any scope** is a
+//! race: that thread's forward passes switch to eval (or back) in the
+//! middle of its work, and a training step may run with dropout off and
+//! BatchNorm statistics frozen, or an inference request with dropout on.
+//! No lock can fix that, because the other thread takes none. For a model
+//! served by many threads, put it in eval mode once and keep it there:
+//! [`Inference`](crate::Inference) does, and runs each call under
+//! `inference_mode` with no flag written per call.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -110,6 +130,21 @@ pub trait Trainable {
             }
         }
     }
+
+    /// Which model this is, for the scopes that share it between threads:
+    /// two values with the same id are one model. The default, the
+    /// address of `self`, is right for a model that is not a handle to
+    /// another; `&T`, `Box<T>`, `Rc<T>` and `Arc<T>` give their target's.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tch_scope::{Trainable, WithMode};
+    /// let m = Arc::new(WithMode::new(tch::nn::func(|x| x.relu())));
+    /// assert_eq!(m.model_id(), Arc::clone(&m).model_id());
+    /// ```
+    fn model_id(&self) -> usize {
+        std::ptr::from_ref(self).cast::<()>() as usize
+    }
 }
 
 macro_rules! forward_trainable {
@@ -135,6 +170,11 @@ macro_rules! forward_trainable {
             #[inline]
             fn switch_training(&self, on: bool) -> Result<T::Modes, TchError> {
                 (**self).switch_training(on)
+            }
+
+            #[inline]
+            fn model_id(&self) -> usize {
+                (**self).model_id()
             }
 
         }
@@ -215,27 +255,36 @@ impl<T: ?Sized> std::fmt::Debug for Mode<'_, T> {
     }
 }
 
-impl<'a, T: Trainable + ?Sized> Scope for Mode<'a, T> {
+impl<'a, T: Trainable + ?Sized> Scope for Mode<'a, T>
+where
+    T::Modes: Send + 'static,
+{
     type Guard = ModeGuard<'a, T>;
     type Error = ScopeError;
 
+    /// # Errors
+    /// Another thread holds the model in the other mode, or the modes
+    /// can't be read or set (the model is then left as it was).
     fn enter(&mut self) -> Result<ModeGuard<'a, T>, ScopeError> {
-        // On failure `switch_training` leaves the model as it was.
-        let saved = self
-            .model
-            .switch_training(self.training)
-            .map_err(|e| ScopeError::new(self.word(), None, e.to_string()))?;
+        let id = self.model.model_id();
+        let ticket = models::enter(self.model, id, self.training)
+            .map_err(|e| ScopeError::new(self.word(), None, e))?;
         Ok(ModeGuard {
             model: self.model,
-            saved: Some(saved),
+            id,
+            ticket,
+            restore: models::restore::<T>,
             word: self.word(),
         })
     }
 }
 
-/// Puts the model's modes found on entry back when dropped. Holds a shared
-/// borrow of the model, so the scope's body can use the model too. Never
-/// panics: if the modes can't be put back, it tells the exit hook
+/// Leaves the model's mode scope when dropped; the last guard of all
+/// those open on the model (on any thread, in any order) puts back the
+/// modes found before the first — for a TorchScript module each
+/// submodule's own flag. Holds a shared borrow of the model, so the
+/// scope's body can use the model too. Never panics: if the modes can't
+/// be put back, it tells the exit hook
 /// ([`set_exit_hook`](crate::set_exit_hook)).
 ///
 /// ```
@@ -250,7 +299,10 @@ impl<'a, T: Trainable + ?Sized> Scope for Mode<'a, T> {
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 pub struct ModeGuard<'a, T: Trainable + ?Sized> {
     model: &'a T,
-    saved: Option<T::Modes>,
+    id: usize,
+    ticket: u64,
+    /// Puts the saved modes (of the first scope on the model) back.
+    restore: models::Restore<T>,
     /// `eval` or `train`, for an exit error.
     word: &'static str,
 }
@@ -263,16 +315,161 @@ impl<T: Trainable + ?Sized> std::fmt::Debug for ModeGuard<'_, T> {
 
 impl<T: Trainable + ?Sized> Drop for ModeGuard<'_, T> {
     fn drop(&mut self) {
-        let Some(saved) = self.saved.take() else {
-            return;
-        };
         // Never panic in drop (it may run during unwinding): a failure goes
         // to the exit hook.
-        if let Err(e) = self.model.restore_modes(saved) {
+        if let Err(e) = models::leave(self.model, self.id, self.ticket, self.restore) {
             crate::exit::report(
                 self.word,
                 format_args!("could not restore the model's train/eval modes: {e}"),
             );
+        }
+    }
+}
+
+/// The open mode scopes of every model, by [`Trainable::model_id`]: per
+/// model, the modes before the first scope and the scopes open, oldest
+/// first. Like the process-wide words: scopes of one thread nest (the
+/// newest mode applies), scopes of two threads share one mode, and a
+/// scope asking for the other mode while another thread holds the model
+/// is refused; the last to end puts the saved modes back. The models are
+/// spread over 64 locks by id, so scopes on different models seldom wait
+/// for each other.
+mod models {
+    use std::any::Any;
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    use tch::TchError;
+
+    use super::Trainable;
+    use crate::process_wide::{me, next_id};
+
+    struct Open {
+        ticket: u64,
+        holder: u64,
+        training: bool,
+        thread_id: u64,
+        thread: Arc<str>,
+    }
+
+    struct Model {
+        id: usize,
+        saved: Box<dyn Any + Send>,
+        open: Vec<Open>,
+    }
+
+    const STRIPES: usize = 64;
+
+    static MODELS: [Mutex<Vec<Model>>; STRIPES] = [const { Mutex::new(Vec::new()) }; STRIPES];
+
+    fn stripe(id: usize) -> std::sync::MutexGuard<'static, Vec<Model>> {
+        // Models are at least 8-aligned: mix the low bits away.
+        let i = (id >> 4 ^ id >> 10) % STRIPES;
+        MODELS[i].lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn word(training: bool) -> &'static str {
+        if training {
+            "train(model)"
+        } else {
+            "eval(model)"
+        }
+    }
+
+    pub(super) fn enter<T: Trainable + ?Sized>(
+        model: &T,
+        id: usize,
+        training: bool,
+    ) -> Result<u64, String>
+    where
+        T::Modes: Send + 'static,
+    {
+        let (me_id, label) = me(|m| (m.id, Arc::clone(&m.label)));
+        let mut models = stripe(id);
+        let ticket = next_id();
+        let Some(m) = models.iter_mut().find(|m| m.id == id) else {
+            let saved = model.switch_training(training).map_err(|e| e.to_string())?;
+            models.push(Model {
+                id,
+                saved: Box::new(saved),
+                open: vec![Open {
+                    ticket,
+                    holder: next_id(),
+                    training,
+                    thread_id: me_id,
+                    thread: label,
+                }],
+            });
+            return Ok(ticket);
+        };
+        let holder = m
+            .open
+            .iter()
+            .rev()
+            .find(|o| o.thread_id == me_id)
+            .map_or_else(next_id, |o| o.holder);
+        if let Some(o) = m
+            .open
+            .iter()
+            .rev()
+            .find(|o| o.holder != holder && o.training != training)
+        {
+            return Err(format!(
+                "{} conflicts with {} held by thread {}",
+                word(training),
+                word(o.training),
+                o.thread
+            ));
+        }
+        if m.open.last().is_some_and(|o| o.training != training) {
+            model.set_training(training).map_err(|e| e.to_string())?;
+        }
+        m.open.push(Open {
+            ticket,
+            holder,
+            training,
+            thread_id: me_id,
+            thread: label,
+        });
+        Ok(ticket)
+    }
+
+    pub(super) type Restore<T> = fn(&T, Box<dyn Any + Send>) -> Result<(), TchError>;
+
+    pub(super) fn restore<T: Trainable + ?Sized>(
+        model: &T,
+        saved: Box<dyn Any + Send>,
+    ) -> Result<(), TchError>
+    where
+        T::Modes: Send + 'static,
+    {
+        match saved.downcast::<T::Modes>() {
+            Ok(saved) => model.restore_modes(*saved),
+            Err(_) => Err(TchError::Torch(
+                "the model's saved modes are of another type than this handle's".into(),
+            )),
+        }
+    }
+
+    pub(super) fn leave<T: Trainable + ?Sized>(
+        model: &T,
+        id: usize,
+        ticket: u64,
+        restore: Restore<T>,
+    ) -> Result<(), TchError> {
+        let mut models = stripe(id);
+        let Some(k) = models.iter().position(|m| m.id == id) else {
+            return Ok(());
+        };
+        let m = &mut models[k];
+        let Some(i) = m.open.iter().rposition(|o| o.ticket == ticket) else {
+            return Ok(());
+        };
+        let newest = i + 1 == m.open.len();
+        let gone = m.open.remove(i);
+        match m.open.last() {
+            Some(o) if newest && o.training != gone.training => model.set_training(o.training),
+            Some(_) => Ok(()),
+            None => restore(model, models.swap_remove(k).saved),
         }
     }
 }
