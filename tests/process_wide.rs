@@ -349,9 +349,13 @@ fn checkpoint_survives_kill() {
         std::thread::sleep(Duration::from_millis(next() % 150));
         child.kill().unwrap();
         child.wait().unwrap();
-        // The child's temporary file is left: the kill landed mid-save.
-        let tmp = format!(".model.{}.tmp.ot", child.id());
-        interrupted += usize::from(dir.join(tmp).exists());
+        // The child's temporary file (`.model.PID.N.tmp.ot`) is left: the
+        // kill landed mid-save.
+        let prefix = format!(".model.{}.", child.id());
+        interrupted += usize::from(std::fs::read_dir(&dir).unwrap().any(|f| {
+            let name = f.unwrap().file_name().to_string_lossy().into_owned();
+            name.starts_with(&prefix) && name.ends_with(".tmp.ot")
+        }));
 
         let mut vs = VarStore::new(Device::Cpu);
         big_model(&vs);
@@ -461,4 +465,206 @@ fn threads_changes_what_another_thread_sees() {
     assert_eq!(inside, 1);
     println!("threads(1): this thread {inside}, a thread spawned inside {other} (before {before})");
     assert_eq!(other, 1, "a thread spawned inside sees the scope's count");
+}
+
+// ---- exit failures reach the caller (issue 25) ----------------------------------
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tch-scope-exit-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn small_vs() -> VarStore {
+    let vs = VarStore::new(Device::Cpu);
+    let _ = nn::linear(vs.root(), 2, 1, Default::default());
+    vs
+}
+
+#[test]
+fn checkpoint_and_profile_paths_are_checked_at_entry() {
+    let _s = serial();
+    let vs = small_vs();
+    let ran = std::cell::Cell::new(false);
+    let e = try_scoped!(checkpoint(vs, "/missing-dir/model.ot") => ran.set(true)).unwrap_err();
+    assert!(!ran.get(), "the body did not run");
+    assert_eq!(e.scope(), "checkpoint(\"/missing-dir/model.ot\")");
+    assert!(
+        e.to_string()
+            .contains("/missing-dir/model.ot can't be written: its folder /missing-dir"),
+        "{e}"
+    );
+    // A folder where the file should be.
+    let dir = scratch("ckpt-is-dir");
+    let e = try_scoped!(checkpoint(vs, &dir) => ()).unwrap_err();
+    assert!(e.to_string().contains("it is a folder"), "{e}");
+    let e = try_scoped!(profile("/missing-dir/trace.json") => ()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("/missing-dir/trace.json can't be written"),
+        "{e}"
+    );
+    // The profiler was not started: a good path works at once.
+    let ok = dir.join("trace.json");
+    try_scoped!(profile(&ok) => ()).unwrap();
+    assert!(ok.exists());
+    // A folder that can't be written (not as root: root writes anyway).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let ro = dir.join("ro");
+        std::fs::create_dir(&ro).unwrap();
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+        let probe = std::fs::File::create(ro.join("probe")).is_ok();
+        if !probe {
+            let e = try_scoped!(checkpoint(vs, ro.join("m.ot")) => ()).unwrap_err();
+            assert!(e.to_string().contains("is not writable"), "{e}");
+        }
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_checkpoint_whose_folder_disappears_is_the_callers_error() {
+    let _s = serial();
+    let before = tch_scope::exit_errors_reported();
+    let vs = small_vs();
+    let dir = scratch("vanish");
+    let path = dir.join("model.ot");
+    let r = try_scoped!(checkpoint(vs, &path) => {
+        std::fs::remove_dir_all(&dir).unwrap();
+        7
+    });
+    let e = r.unwrap_err();
+    assert!(e.is_ended());
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with(&format!(
+            "could not leave `checkpoint` cleanly: could not save the checkpoint {}: ",
+            path.display()
+        )),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("Exception raised from") && !msg.contains("frame #"),
+        "{msg}"
+    );
+    assert_eq!(msg.lines().count(), 1, "{msg}");
+    assert_eq!(
+        tch_scope::exit_errors_reported(),
+        before,
+        "the hook heard nothing"
+    );
+
+    // scoped! panics with it.
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = catch_unwind(std::panic::AssertUnwindSafe(
+        || scoped!(checkpoint(vs, &path) => std::fs::remove_dir_all(&dir).unwrap()),
+    ))
+    .unwrap_err();
+    let p = p.downcast_ref::<String>().unwrap();
+    assert!(p.starts_with("could not leave `checkpoint` cleanly"), "{p}");
+
+    // On a panic path, the hook hears it, in one line, without a backtrace.
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    tch_scope::set_exit_hook(|e| SEEN.lock().unwrap().push(e.to_string()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let r = catch_unwind(std::panic::AssertUnwindSafe(|| {
+        scoped!(checkpoint(vs, &path) => {
+            std::fs::remove_dir_all(&dir).unwrap();
+            panic!("boom")
+        })
+    }));
+    tch_scope::reset_exit_hook();
+    assert!(r.is_err());
+    let seen = SEEN.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].contains(&path.display().to_string()), "{seen:?}");
+    assert_eq!(seen[0].lines().count(), 1, "{seen:?}");
+}
+
+#[test]
+fn save_on_panic_false_keeps_the_last_good_file() {
+    let _s = serial();
+    let vs = small_vs();
+    let dir = scratch("keep");
+    let path = dir.join("model.safetensors");
+    scoped!(checkpoint(vs, &path) => log_metric("step", 1.0));
+    let good = std::fs::read(&path).unwrap();
+    for save in [false, true] {
+        let r = catch_unwind(std::panic::AssertUnwindSafe(|| {
+            scoped!(checkpoint(vs, &path, save_on_panic = save) => {
+                log_metric("step", 2.0);
+                panic!("diverged")
+            })
+        }));
+        assert!(r.is_err());
+        let now = std::fs::read(&path).unwrap();
+        assert_eq!(now == good, !save, "save_on_panic = {save}");
+    }
+    // No temporary file left behind.
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn two_threads_checkpointing_one_path_never_share_a_temporary_file() {
+    let _s = serial();
+    let dir = scratch("two-writers");
+    let path = dir.join("model.ot");
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let (path, barrier) = (path.clone(), std::sync::Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                let vs = small_vs();
+                for _ in 0..10 {
+                    barrier.wait();
+                    try_scoped!(checkpoint(vs, &path) => ()).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let mut again = small_vs();
+    again.load(&path).unwrap();
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_user_scope_whose_exit_fails_makes_try_scoped_an_err() {
+    let _s = serial();
+    struct Upload;
+    impl Scope for Upload {
+        type Guard = ();
+        type Error = std::convert::Infallible;
+        fn enter(&mut self) -> Result<(), std::convert::Infallible> {
+            Ok(())
+        }
+        fn exit(_: &mut (), _: tch_scope::Outcome) {
+            tch_scope::ExitError::new("upload", "the server said no").report();
+        }
+    }
+    let e = try_scoped!(no_grad, with(Upload), fork_rng => 5).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "could not leave `upload` cleanly: the server said no"
+    );
+    // An Err of the body stays the body's: the exit error goes to the hook.
+    let before = tch_scope::exit_errors_reported();
+    tch_scope::set_exit_hook(|_| {});
+    let e = try_scoped!(with(Upload), device("cuda:9") => 5).unwrap_err();
+    tch_scope::reset_exit_hook();
+    if tch_scope::cuda_device_count() < 10 {
+        assert!(e.to_string().contains("cuda:9"), "{e}");
+        assert_eq!(tch_scope::exit_errors_reported(), before + 1);
+    }
+    assert!(tch_scope::is_grad_enabled());
 }

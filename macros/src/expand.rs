@@ -157,7 +157,26 @@ pub(crate) fn flat(cx: &Cx, scopes: &[Scope], body: &TokenStream) -> TokenStream
         Clone::clone,
         &quote!(#private::panic_scope_error(#err)),
     );
-    quote!({ #(#lets)* #value })
+    // Leaving on the success path: an exit that fails (a checkpoint that
+    // can't be saved) panics with its error, innermost scope first.
+    let v = local("__tch_scope_value");
+    let finishes = (0..scopes.len()).rev().map(|i| {
+        let g = guard(i);
+        quote!(#private::finish_or_panic(#g);)
+    });
+    quote!({
+        #(#lets)*
+        // A match arm, where a body that diverges (`panic!`, `break`) is
+        // no clippy `diverging_sub_expression`.
+        let #v = match () {
+            () => #value,
+        };
+        #[allow(unreachable_code)]
+        {
+            #(#finishes)*
+        }
+        #v
+    })
 }
 
 /// Nested matches rather than a labeled block: an unlabeled `break` in the
@@ -183,12 +202,20 @@ pub(crate) fn try_flat(cx: &Cx, scopes: &[Scope], body: &TokenStream) -> TokenSt
         .rev()
         .fold(inner, |inner, (i, scope)| {
             let (g, value, private) = (guard(i), scope_value(cx, scope), cx.private(scope.span));
-            let g = if marked || i + 1 < n { quote!(mut #g) } else { quote!(#g) };
+            let bind = if marked || i + 1 < n { quote!(mut #g) } else { quote!(#g) };
             let outer = saw((0..i).map(guard), &failed);
+            let r = local("__tch_scope_result");
+            // The success path leaves through `finish`: an exit that fails
+            // (a checkpoint that can't be saved) makes the value its `Err`.
             quote_spanned! {scope.span=>
                 match #private::try_enter(#value) {
                     ::core::result::Result::Err(#err) => { #outer ::core::result::Result::Err(#err) }
-                    ::core::result::Result::Ok(#g) => #inner,
+                    ::core::result::Result::Ok(#bind) => {
+                        let #r = #inner;
+                        #[allow(unreachable_code)]
+                        let #r = #private::finish(#g, #r);
+                        #r
+                    }
                 }
             }
         })

@@ -4,6 +4,8 @@
 #include <exception>
 #include <string>
 
+#include <c10/util/Exception.h>
+
 #include "shim.h"
 
 namespace tch_scope {
@@ -26,6 +28,10 @@ tch_scope_status guarded(F&& f, const char* op = __builtin_FUNCTION()) noexcept 
     f();
     last_error_slot().clear();
     return 0;
+  } catch (const c10::Error& e) {
+    // The message alone: what() appends a C++ backtrace of 20-odd lines.
+    try { last_error_slot() = e.what_without_backtrace(); } catch (...) {}
+    return 1;
   } catch (const std::exception& e) {
     try { last_error_slot() = e.what(); } catch (...) {}
     return 1;

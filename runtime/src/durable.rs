@@ -6,13 +6,18 @@
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A temporary path next to `path`: `.NAME.PID.tmp.EXT`, keeping the
-/// extension (libraries pick the format from it). A process killed mid-write
-/// leaves at most this file behind; the destination is untouched.
+/// A temporary path next to `path`: `.NAME.PID.N.tmp.EXT`, `N` a counter
+/// of the process, so two writers of one path (two threads, two scopes)
+/// never share a temporary file; the extension is kept (libraries pick the
+/// format from it). A process killed mid-write leaves at most this file
+/// behind; the destination is untouched.
 pub(crate) fn temp_path(path: &Path) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
     let name = path.file_stem().unwrap_or_default().to_string_lossy();
-    let mut tmp = format!(".{name}.{}.tmp", std::process::id());
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let mut tmp = format!(".{name}.{}.{n}.tmp", std::process::id());
     if let Some(ext) = path.extension() {
         tmp.push('.');
         tmp.push_str(&ext.to_string_lossy());
@@ -48,4 +53,38 @@ fn sync_dir(path: &Path) -> io::Result<()> {
         _ => Path::new("."),
     };
     File::open(dir)?.sync_all()
+}
+
+/// Checks at a scope's entry that `path` can be written on exit: its
+/// folder exists and a file can be created in it, and `path` is not a
+/// folder. Creates (and removes) a temporary file to find out.
+pub(crate) fn check_writable(path: &Path) -> Result<(), String> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(format!("{} is not a folder", dir.display())),
+        Err(e) => return Err(format!("its folder {} can't be used: {e}", dir.display())),
+    }
+    if fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        return Err("it is a folder".into());
+    }
+    let probe = temp_path(path);
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| format!("its folder {} is not writable: {e}", dir.display()))?;
+    let _ = fs::remove_file(&probe);
+    Ok(())
+}
+
+/// A libtorch message without the C++ backtrace c10 appends to it
+/// ("Exception raised from … frame #0 …").
+pub(crate) fn without_backtrace(msg: &str) -> &str {
+    msg.find("Exception raised from")
+        .map_or(msg, |i| &msg[..i])
+        .trim_end()
 }

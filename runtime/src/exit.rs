@@ -6,8 +6,14 @@
 //! exception, a checkpoint cannot be written) is handed to the exit hook
 //! and the guard carries on: the rest of the unwinding, the outer guards,
 //! the program.
+//!
+//! On the success path of `try_scoped!` (and `scoped!`), the expansion
+//! leaves each scope through `finish`, which catches the errors reported
+//! meanwhile on this thread instead: the caller gets the first as an
+//! `Err(ScopeError)` (`scoped!` panics with it), the hook none of them.
 
 use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -60,6 +66,79 @@ impl ExitError {
     pub fn reason(&self) -> &str {
         &self.reason
     }
+
+    /// Reports this error, as the built-in guards do when they cannot
+    /// restore: to the exit hook ([`set_exit_hook`]), or, when the scope is
+    /// being left on the success path of [`try_scoped!`](crate::try_scoped)
+    /// or [`scoped!`](crate::scoped), to the caller, as an
+    /// `Err(ScopeError)` or a panic. For a [`Scope`](crate::Scope) whose
+    /// exit can fail: call it from [`Scope::exit`](crate::Scope::exit) or
+    /// from the guard's `Drop`.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use tch_scope::{ExitError, Scope, try_scoped};
+    ///
+    /// struct Upload;
+    /// impl Scope for Upload {
+    ///     type Guard = ();
+    ///     type Error = Infallible;
+    ///     fn enter(&mut self) -> Result<(), Infallible> { Ok(()) }
+    ///     fn exit(_: &mut (), _: tch_scope::Outcome) {
+    ///         ExitError::new("upload", "the server said no").report();
+    ///     }
+    /// }
+    ///
+    /// let e = try_scoped!(with(Upload) => 1).unwrap_err();
+    /// assert_eq!(e.to_string(), "could not leave `upload` cleanly: the server said no");
+    /// ```
+    pub fn report(self) {
+        report_error(self);
+    }
+}
+
+impl From<ExitError> for crate::ScopeError {
+    /// An error of a scope that was entered and could not be left cleanly
+    /// ([`ScopeError::is_ended`](crate::ScopeError::is_ended)): its message
+    /// is the `ExitError`'s.
+    fn from(e: ExitError) -> Self {
+        let msg = e.to_string();
+        crate::ScopeError::ended(e.scope, None, msg)
+    }
+}
+
+const IDLE: u8 = 0;
+const CATCHING: u8 = 1;
+const CAUGHT: u8 = 2;
+
+thread_local! {
+    /// `CATCHING` while a `finish` runs on this thread (errors go to
+    /// `FIRST`), `CAUGHT` once one has.
+    static STATE: Cell<u8> = const { Cell::new(IDLE) };
+    static FIRST: RefCell<Option<ExitError>> = const { RefCell::new(None) };
+}
+
+/// Runs `leave` (a guard's exit and drop) catching the exit errors it
+/// reports on this thread: the first comes back, any others go to the hook.
+#[inline]
+pub(crate) fn catching(leave: impl FnOnce()) -> Result<(), ExitError> {
+    let was = STATE.replace(CATCHING);
+    leave();
+    let now = STATE.replace(was);
+    if was != IDLE {
+        // An outer `finish` collects what was caught.
+        if now == CAUGHT {
+            STATE.set(CAUGHT);
+        }
+        return Ok(());
+    }
+    if now != CAUGHT {
+        return Ok(());
+    }
+    match FIRST.with_borrow_mut(Option::take) {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
 }
 
 type Hook = Arc<dyn Fn(&ExitError) + Send + Sync>;
@@ -110,17 +189,38 @@ pub fn exit_errors_reported() -> u64 {
 /// call: the hook is cloned out of the lock before it runs, so a hook may
 /// itself set a hook or drop a failing guard.
 pub(crate) fn report(scope: impl Into<Cow<'static, str>>, reason: impl std::fmt::Display) {
+    report_error(ExitError::new(scope, reason.to_string()));
+}
+
+fn report_error(error: ExitError) {
+    if STATE.get() != IDLE && !std::thread::panicking() {
+        STATE.set(CAUGHT);
+        let error = FIRST.with_borrow_mut(|slot| match slot {
+            None => {
+                *slot = Some(error);
+                None
+            }
+            Some(_) => Some(error),
+        });
+        match error {
+            None => return,
+            Some(error) => return to_hook(&error),
+        }
+    }
+    to_hook(&error);
+}
+
+fn to_hook(error: &ExitError) {
     REPORTED.fetch_add(1, Ordering::Relaxed);
-    let error = ExitError::new(scope, reason.to_string());
     let hook = HOOK.read().unwrap_or_else(PoisonError::into_inner).clone();
     match hook {
         Some(hook) => {
-            if catch_unwind(AssertUnwindSafe(|| hook(&error))).is_err() {
-                default_hook(&error);
+            if catch_unwind(AssertUnwindSafe(|| hook(error))).is_err() {
+                default_hook(error);
                 stderr_line(format_args!("(the exit hook panicked on the error above)"));
             }
         }
-        None => default_hook(&error),
+        None => default_hook(error),
     }
 }
 

@@ -59,7 +59,7 @@
 //! | `stream(s)` | `torch.cuda.stream(s)` | [`cuda::Stream`] |
 //! | `timed`, `timed("name")`, `timed(name = "…", sync)` | a `time.perf_counter()` timer | [`Timed`] |
 //! | `memory_scope`, `memory_scope("name")` | a resident-memory reporter | [`HostMemory`] |
-//! | `gpu_memory_scope(device = 0, empty_cache = false)` | `torch.cuda.memory_allocated()` / `max_memory_allocated()` reporter | [`GpuMemory`] |
+//! | `gpu_memory_scope(device = 0)`, `gpu_memory_scope(device = 0, empty_cache = false)` (default `true`: the cache emptied before and after, so `reserved` shows the scope's own) | `torch.cuda.memory_allocated()` / `max_memory_allocated()` reporter | [`GpuMemory`] |
 //! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` (feature `distributed`) | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
 //! | `deadline(Duration::from_millis(100))` | a `SIGALRM` handler raising `TimeoutError` | [`Deadline`] |
 //!

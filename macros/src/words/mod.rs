@@ -310,6 +310,8 @@ pub(crate) const WORDS: &[Word] = &[
             "checkpoint(vs, \"model.ot\")",
             "checkpoint(vs, &path, resume)",
             "checkpoint(vs, p, resume = again)",
+            "checkpoint(vs, p, save_on_panic = false)",
+            "checkpoint(vs, p, resume, save_on_panic = keep)",
         ],
         ..BASE
     },
@@ -320,6 +322,7 @@ pub(crate) const WORDS: &[Word] = &[
         params: &[Param::flag("check_nan")],
         check: forms::one_flag::<true>,
         awaits: Awaits::Span,
+        fails: true,
         examples: &["detect_anomaly", "detect_anomaly(check_nan = false)"],
         ..BASE
     },
@@ -400,6 +403,7 @@ pub(crate) const WORDS: &[Word] = &[
         doc: "only these attention backends",
         check: backends::sdpa,
         awaits: Awaits::Span,
+        fails: true,
         examples: &["sdpa(math)", "sdpa(flash, mem_efficient, cudnn)"],
         ..BASE
     },

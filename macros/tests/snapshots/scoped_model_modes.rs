@@ -16,6 +16,15 @@ fn expansion() {
                 ::tch_scope::__private::train(&(self.encoder)),
             ),
         );
-        model.forward_ts(&[&x])
+        let __tch_scope_value = match () {
+            () => model.forward_ts(&[&x]),
+        };
+        #[allow(unreachable_code)]
+        {
+            ::tch_scope::__private::finish_or_panic(__tch_scope_guard2);
+            ::tch_scope::__private::finish_or_panic(__tch_scope_guard1);
+            ::tch_scope::__private::finish_or_panic(__tch_scope_guard0);
+        }
+        __tch_scope_value
     }
 }

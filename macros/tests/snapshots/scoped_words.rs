@@ -19,6 +19,16 @@ fn expansion() {
         let __tch_scope_guard3 = ::tch_scope::__private::enter_or_panic(
             ::tch_scope::__private::with(Timer::new("fwd")),
         );
-        { model.forward(&x) }
+        let __tch_scope_value = match () {
+            () => model.forward(&x),
+        };
+        #[allow(unreachable_code)]
+        {
+            ::tch_scope::__private::finish_or_panic(__tch_scope_guard3);
+            ::tch_scope::__private::finish_or_panic(__tch_scope_guard2);
+            ::tch_scope::__private::finish_or_panic(__tch_scope_guard1);
+            ::tch_scope::__private::finish_or_panic(__tch_scope_guard0);
+        }
+        __tch_scope_value
     }
 }

@@ -8,7 +8,7 @@ fn expansion() {
             ::core::result::Result::Err(__tch_scope_err)
         }
         ::core::result::Result::Ok(mut __tch_scope_guard0) => {
-            match ::tch_scope::__private::try_enter(
+            let __tch_scope_result = match ::tch_scope::__private::try_enter(
                 ::tch_scope::__private::deadline(budget),
             ) {
                 ::core::result::Result::Err(__tch_scope_err) => {
@@ -17,7 +17,7 @@ fn expansion() {
                     ::core::result::Result::Err(__tch_scope_err)
                 }
                 ::core::result::Result::Ok(mut __tch_scope_guard1) => {
-                    match ::tch_scope::__private::catching(
+                    let __tch_scope_result = match ::tch_scope::__private::catching(
                         &__tch_scope_guard1,
                         || model.forward(&x),
                     ) {
@@ -30,9 +30,21 @@ fn expansion() {
                             __tch_scope_guard0.saw(__tch_scope_outcome);
                             ::core::result::Result::Err(__tch_scope_err)
                         }
-                    }
+                    };
+                    #[allow(unreachable_code)]
+                    let __tch_scope_result = ::tch_scope::__private::finish(
+                        __tch_scope_guard1,
+                        __tch_scope_result,
+                    );
+                    __tch_scope_result
                 }
-            }
+            };
+            #[allow(unreachable_code)]
+            let __tch_scope_result = ::tch_scope::__private::finish(
+                __tch_scope_guard0,
+                __tch_scope_result,
+            );
+            __tch_scope_result
         }
     }
 }

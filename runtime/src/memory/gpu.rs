@@ -167,9 +167,12 @@ impl GpuMemoryGuard {
         self.failed = true;
     }
 
-    /// Leaves the scope now and returns its report (also recorded as usual).
-    pub fn finish(mut self) -> MemoryReport {
-        self.close().expect("open until finished")
+    /// Leaves the scope now and returns its report (also recorded as
+    /// usual); `None` where measuring was switched off at entry
+    /// ([`report::set_enabled`](crate::report::set_enabled)), as
+    /// [`HostMemoryGuard::finish`](crate::HostMemoryGuard::finish).
+    pub fn finish(mut self) -> Option<MemoryReport> {
+        self.close()
     }
 
     fn close(&mut self) -> Option<MemoryReport> {

@@ -137,6 +137,39 @@ impl<S: Scope> Exit<S> {
     pub fn saw(&mut self, outcome: Outcome) {
         self.seen = outcome;
     }
+
+    /// Leaves the scope on a success path: an exit error reported while
+    /// leaving (a checkpoint that can't be saved, a user scope's
+    /// `ExitError::report`) comes back instead of going to the hook.
+    ///
+    /// # Errors
+    /// The first exit error reported while leaving, as a `ScopeError`.
+    #[inline]
+    pub fn finish(self) -> Result<(), ScopeError> {
+        crate::exit::catching(move || drop(self)).map_err(ScopeError::from)
+    }
+}
+
+/// `try_scoped!`: leaves `guard` after its body's value `r`; an `Ok` whose
+/// scope can't be left cleanly becomes that `Err`.
+#[inline]
+pub fn finish<S: Scope, T>(guard: Exit<S>, r: Result<T, ScopeError>) -> Result<T, ScopeError> {
+    match r {
+        Ok(v) => guard.finish().map(|()| v),
+        Err(e) => {
+            drop(guard);
+            Err(e)
+        }
+    }
+}
+
+/// `scoped!`: leaves `guard` after its body; an exit error is a panic.
+#[inline]
+#[track_caller]
+pub fn finish_or_panic<S: Scope>(guard: Exit<S>) {
+    if let Err(e) = guard.finish() {
+        panic!("{e}")
+    }
 }
 
 impl<S: Scope> Drop for Exit<S> {

@@ -172,15 +172,18 @@ pub fn record(name: impl AsRef<str>) -> Record {
     Record::new(name)
 }
 
-/// `checkpoint(vs, path, resume)`: the macros pass `&(vs)`, so the scope
-/// borrows the VarStore.
+/// `checkpoint(vs, path, resume, save_on_panic = b)`: the macros pass
+/// `&(vs)`, so the scope borrows the VarStore.
 #[inline]
 pub fn checkpoint<'a>(
     vs: &'a tch::nn::VarStore,
     path: impl AsRef<Path>,
     resume: bool,
+    save_on_panic: bool,
 ) -> Checkpoint<'a> {
-    Checkpoint::new(vs, path).resume(resume)
+    Checkpoint::new(vs, path)
+        .resume(resume)
+        .save_on_panic(save_on_panic)
 }
 
 #[inline(always)]

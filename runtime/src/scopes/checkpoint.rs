@@ -131,6 +131,7 @@ pub struct Checkpoint<'a> {
     vs: &'a VarStore,
     path: PathBuf,
     resume: bool,
+    save_on_panic: bool,
 }
 
 impl<'a> Checkpoint<'a> {
@@ -145,7 +146,21 @@ impl<'a> Checkpoint<'a> {
             vs,
             path: path.as_ref().to_path_buf(),
             resume: false,
+            save_on_panic: true,
         }
+    }
+
+    /// With `false`, a body that panics saves nothing: the last good file
+    /// stays (the weights of a run that blew up may be NaN). The default,
+    /// `true`, saves on every exit, as a Python `finally` does.
+    ///
+    /// ```
+    /// let vs = tch::nn::VarStore::new(tch::Device::Cpu);
+    /// let _ = tch_scope::Checkpoint::new(&vs, "model.ot").save_on_panic(false);
+    /// ```
+    pub fn save_on_panic(mut self, save: bool) -> Self {
+        self.save_on_panic = save;
+        self
     }
 
     /// With `true`, entering loads `path` (weights and metrics) when it
@@ -165,15 +180,18 @@ impl<'a> Checkpoint<'a> {
     }
 }
 
-/// Saves on drop. A save that fails goes to the exit hook
-/// ([`set_exit_hook`](crate::set_exit_hook); a drop cannot return it) and
-/// leaves the previous checkpoint in place.
+/// Saves on drop. A save that fails leaves the previous checkpoint in
+/// place, and reaches the caller: on the success path of
+/// [`try_scoped!`](crate::try_scoped) as its `Err`, of
+/// [`scoped!`](crate::scoped) as a panic; on a panic path or a plain drop,
+/// the exit hook ([`set_exit_hook`](crate::set_exit_hook)) hears it.
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct CheckpointGuard<'a> {
     vs: &'a VarStore,
     path: PathBuf,
     log: Rc<RefCell<Metrics>>,
+    save_on_panic: bool,
     _not_send: crate::PhantomNotSend,
 }
 
@@ -181,7 +199,13 @@ impl<'a> Scope for Checkpoint<'a> {
     type Guard = CheckpointGuard<'a>;
     type Error = ScopeError;
 
+    /// # Errors
+    /// The path can't be written (its folder is missing or not writable,
+    /// or it is a folder), or with `resume`, the file exists but can't be
+    /// loaded.
     fn enter(&mut self) -> Result<CheckpointGuard<'a>, ScopeError> {
+        durable::check_writable(&self.path)
+            .map_err(|e| self.error(format!("{} can't be written: {e}", self.path.display())))?;
         let mut log = Metrics::default();
         if self.resume && self.path.exists() {
             log = load(self.vs, &self.path).map_err(|e| self.error(e))?;
@@ -192,6 +216,7 @@ impl<'a> Scope for Checkpoint<'a> {
             vs: self.vs,
             path: self.path.clone(),
             log,
+            save_on_panic: self.save_on_panic,
             _not_send: crate::PhantomNotSend::NEW,
         })
     }
@@ -206,6 +231,9 @@ impl Drop for CheckpointGuard<'_> {
                 open.remove(i);
             }
         });
+        if !self.save_on_panic && std::thread::panicking() {
+            return;
+        }
         let log = self.log.borrow();
         if let Err(e) = save(self.vs, &self.path, &log) {
             crate::exit::report(
@@ -232,7 +260,7 @@ fn save(vs: &VarStore, path: &Path, log: &Metrics) -> Result<(), String> {
         } else {
             Tensor::save_multi(&named, tmp)
         };
-        written.map_err(|e| e.to_string())
+        written.map_err(|e| durable::without_backtrace(&e.to_string()).to_owned())
     })
 }
 

@@ -67,8 +67,10 @@ impl Profile {
     }
 }
 
-/// Stops the profiler and writes the trace. A failure to write goes to the
-/// exit hook ([`set_exit_hook`](crate::set_exit_hook); a drop cannot return it).
+/// Stops the profiler and writes the trace. A failure to write reaches the
+/// caller on the success path of [`try_scoped!`](crate::try_scoped) (its
+/// `Err`) and of [`scoped!`](crate::scoped) (a panic), and the exit hook
+/// ([`set_exit_hook`](crate::set_exit_hook)) otherwise.
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct ProfileGuard {
@@ -89,6 +91,8 @@ impl Scope for Profile {
                 .as_encoded_bytes(),
         )
         .map_err(|_| fail("the path contains a NUL byte".into()))?;
+        durable::check_writable(&self.path)
+            .map_err(|e| fail(format!("{} can't be written: {e}", self.path.display())))?;
         if ACTIVE.swap(true, Ordering::AcqRel) {
             return Err(fail(
                 "a profile scope is already open (libtorch profiles one session per process)"
