@@ -50,7 +50,10 @@ fn each_word_s_type_can_fail_as_the_readme_says() {
         ("autocast", can_fail(&p::autocast_cpu_bf16())),
         ("profile", can_fail(&p::profile("t.json"))),
         ("record", can_fail(&p::record("r"))),
-        ("checkpoint", can_fail(&p::checkpoint(&vs, "c.ot", false, true))),
+        (
+            "checkpoint",
+            can_fail(&p::checkpoint(&vs, "c.ot", false, true)),
+        ),
         ("detect_anomaly", can_fail(&p::detect_anomaly(true))),
         ("deterministic", can_fail(&p::deterministic(false))),
     ];

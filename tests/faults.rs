@@ -2,8 +2,10 @@
 //! (`tch_scope::__private::inject_fault`) makes a named C++ call fail, and
 //! real faults (a folder removed under a checkpoint or a profile) do the
 //! same from outside. Leaving a scope whose restore fails must not panic or
-//! abort, also while a panic unwinds: the error reaches the exit hook,
-//! naming the scope and the reason, and the program carries on. Entering
+//! abort while a panic unwinds, nor in a plain drop: the error reaches the
+//! exit hook, naming the scope and the reason, and the program carries on.
+//! On the success path of `try_scoped!` the caller gets it as the `Err`
+//! (and `scoped!` panics with it), the hook nothing. Entering
 //! a scope that fails is a `ScopeError`, with nothing left changed.
 //!
 //! A process of its own: the exit hook and some of the state (RNG,
@@ -55,6 +57,26 @@ fn rand(n: i64) -> Vec<f32> {
     Vec::try_from(Tensor::rand([n], (Kind::Float, Device::Cpu))).unwrap()
 }
 
+/// The success path of `try_scoped!` gave the exit error back; the hook
+/// heard nothing.
+#[track_caller]
+fn assert_returned<T: std::fmt::Debug>(
+    c: &Capture,
+    r: Result<T, tch_scope::ScopeError>,
+    scope: &str,
+    reason_has: &str,
+) {
+    let e = r.unwrap_err();
+    assert!(e.is_ended(), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with(&format!("could not leave `{scope}` cleanly: ")),
+        "{msg}"
+    );
+    assert!(msg.contains(reason_has), "{msg}");
+    assert!(c.take().is_empty());
+}
+
 fn injected(op: &str) -> String {
     format!("injected fault in {op}")
 }
@@ -73,18 +95,29 @@ fn rng_restore_failure_reaches_the_hook() {
     let c = capture();
     let before = exit_errors_reported();
     for word in ["fork_rng", "seed"] {
-        let drawn = match word {
-            "fork_rng" => scoped!(fork_rng => {
+        // A plain drop: the hook.
+        let guard = match word {
+            "fork_rng" => tch_scope::ForkRng.enter(),
+            _ => tch_scope::Seed(7).enter(),
+        }
+        .unwrap();
+        let drawn = rand(3);
+        inject_fault("tch_scope_rng_restore", 1);
+        drop(guard);
+        assert_eq!(drawn.len(), 3);
+        assert_one(c.take(), word, &injected("tch_scope_rng_restore"));
+        // The success path of try_scoped!: the caller.
+        let r = match word {
+            "fork_rng" => try_scoped!(fork_rng => {
                 inject_fault("tch_scope_rng_restore", 1);
                 rand(3)
             }),
-            _ => scoped!(seed(7) => {
+            _ => try_scoped!(seed(7) => {
                 inject_fault("tch_scope_rng_restore", 1);
                 rand(3)
             }),
         };
-        assert_eq!(drawn.len(), 3);
-        assert_one(c.take(), word, &injected("tch_scope_rng_restore"));
+        assert_returned(&c, r, word, &injected("tch_scope_rng_restore"));
     }
     assert_eq!(exit_errors_reported() - before, 2);
     // The switch fired once each: the next scope leaves cleanly.
@@ -95,10 +128,21 @@ fn rng_restore_failure_reaches_the_hook() {
 #[test]
 fn autocast_exit_failure_reaches_the_hook() {
     let c = capture();
-    scoped!(autocast(cpu, bf16) => {
+    let r = try_scoped!(autocast(cpu, bf16) => {
         inject_fault("tch_scope_autocast_exit", 1);
         assert_eq!(autocast_dtype(tch_scope::AutocastDevice::Cpu), Some(Kind::BFloat16));
     });
+    assert_returned(&c, r, "autocast", &injected("tch_scope_autocast_exit"));
+    let p = catch_unwind(|| {
+        scoped!(autocast(cpu, bf16) => inject_fault("tch_scope_autocast_exit", 1));
+    })
+    .unwrap_err();
+    let p = p.downcast_ref::<String>().unwrap();
+    assert!(p.starts_with("could not leave `autocast` cleanly"), "{p}");
+    assert!(c.take().is_empty());
+    let g = tch_scope::Autocast::cpu(Kind::BFloat16).enter().unwrap();
+    inject_fault("tch_scope_autocast_exit", 1);
+    drop(g);
     assert_one(c.take(), "autocast", &injected("tch_scope_autocast_exit"));
     // Restore failed, so autocast is still on in this thread (the test's
     // own, which ends here); the program carries on.
@@ -111,9 +155,9 @@ fn deterministic_restore_failure_reaches_the_hook() {
     // The inner scope fails to put back `(on, warn_only = false)`; the
     // outer one then turns it off, so the process is clean again.
     scoped!(deterministic => {
-        scoped!(deterministic(warn_only) => {
-            inject_fault("tch_scope_deterministic_set", 1);
-        });
+        let inner = tch_scope::Deterministic::new().warn_only(true).enter().unwrap();
+        inject_fault("tch_scope_deterministic_set", 1);
+        drop(inner);
         assert_eq!(deterministic_mode(), Some(true));
     });
     assert_one(
@@ -130,9 +174,15 @@ fn model_mode_restore_failure_reaches_the_hook() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/bn_dropout.pt");
     let model = CModule::load(path).unwrap();
     Trainable::set_training(&model, true).unwrap();
-    scoped!(eval(model) => {
+    let r = try_scoped!(eval(model) => {
         inject_fault("tch_scope_module_leave", 1);
     });
+    assert_returned(&c, r, "eval", &injected("tch_scope_module_leave"));
+    assert!(Trainable::modes(&model).unwrap().iter().all(|&on| !on));
+    Trainable::set_training(&model, true).unwrap();
+    let g = Mode::eval(&model).enter().unwrap();
+    inject_fault("tch_scope_module_leave", 1);
+    drop(g);
     assert_one(c.take(), "eval", &injected("tch_scope_module_leave"));
     // The modes could not be put back: the model stays in eval mode.
     assert!(Trainable::modes(&model).unwrap().iter().all(|&on| !on));
@@ -147,7 +197,9 @@ fn checkpoint_save_failure_reaches_the_hook() {
     let vs = VarStore::new(Device::Cpu);
     let _ = nn::linear(vs.root(), 2, 2, Default::default());
     // A real fault: the folder disappears while the scope is open.
-    scoped!(checkpoint(vs, &path) => std::fs::remove_dir_all(&dir).unwrap());
+    let g = tch_scope::Checkpoint::new(&vs, &path).enter().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    drop(g);
     assert_one(c.take(), "checkpoint", "could not save the checkpoint");
     assert!(!path.exists());
 }
@@ -158,11 +210,11 @@ fn profile_write_failure_reaches_the_hook() {
     let dir = std::env::temp_dir().join(format!("tch-scope-faults-prof-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("trace.json");
-    scoped!(profile(&path) => {
+    let r = try_scoped!(profile(&path) => {
         let _ = Tensor::ones([4], (Kind::Float, Device::Cpu)) * 2;
         std::fs::remove_dir_all(&dir).unwrap();
     });
-    assert_one(c.take(), "profile", "could not write the profile");
+    assert_returned(&c, r, "profile", "could not write the profile");
     // The profiler was stopped all the same: a new session can start.
     let path = std::env::temp_dir().join(format!("tch-scope-faults-{}.json", std::process::id()));
     scoped!(profile(&path) => ());
@@ -207,8 +259,10 @@ fn a_panicking_hook_is_contained_even_while_unwinding() {
         })
     });
     assert_eq!(result.unwrap_err().downcast_ref::<&str>(), Some(&"body"));
-    // And outside unwinding.
-    scoped!(fork_rng => inject_fault("tch_scope_rng_restore", 1));
+    // And outside unwinding, in a plain drop.
+    let g = tch_scope::ForkRng.enter().unwrap();
+    inject_fault("tch_scope_rng_restore", 1);
+    drop(g);
     assert_eq!(exit_errors_reported() - before, 2);
     assert!(c.take().is_empty()); // our recording hook was replaced
 }
@@ -225,11 +279,15 @@ fn a_hook_may_drop_a_failing_guard_itself() {
         };
         if first {
             // Re-enters the reporting path from inside the hook.
-            scoped!(fork_rng => inject_fault("tch_scope_rng_restore", 1));
+            let g = tch_scope::ForkRng.enter().unwrap();
+            inject_fault("tch_scope_rng_restore", 1);
+            drop(g);
         }
         SEEN.lock().unwrap().push(e.clone());
     });
-    scoped!(fork_rng => inject_fault("tch_scope_rng_restore", 1));
+    let g = tch_scope::ForkRng.enter().unwrap();
+    inject_fault("tch_scope_rng_restore", 1);
+    drop(g);
     assert_eq!(c.take().len(), 2);
 }
 
