@@ -5,7 +5,11 @@
 //! thread's state is what a model of the nesting says; after every exit it
 //! is what it was before; at the end it is what the thread started with.
 //! The async half does the same with many futures interleaved on a small
-//! round-robin executor per thread, some dropped mid-flight.
+//! round-robin executor per thread, some dropped mid-flight. A third part
+//! has 8 threads enter and leave process-wide words (`matmul_precision`,
+//! `tf32`, `sdpa`, `cudnn`, `deterministic`) at random, in any order,
+//! always with equal values: each value holds while its scope is open, and
+//! the process's settings are back at the end.
 //!
 //! `TCH_SCOPE_STRESS_SCOPES` sets the scopes entered per thread (sync and
 //! async each); the default (100 000) takes seconds in debug.
@@ -468,5 +472,107 @@ fn many_futures_interleaved_on_small_executors_restore_everything() {
         t.elapsed(),
         ASYNC.entered.load(Ordering::Relaxed),
         ASYNC.cancelled.load(Ordering::Relaxed),
+    );
+}
+
+// ---- process-wide words ------------------------------------------------------------
+
+/// The process-wide words the stress enters, each always with the same
+/// value (so threads share it): `matmul_precision("high")` and `tf32(true)`
+/// are one setting with one value.
+const GLOBAL_WORDS: u64 = 5;
+
+fn enter_global(which: u64) -> Box<dyn std::any::Any + Send> {
+    use tch_scope::{Cudnn, Deterministic, MatmulPrecision, Sdpa, SdpaBackend, Tf32};
+    match which {
+        0 => Box::new(MatmulPrecision::new("high").enter().unwrap()),
+        1 => Box::new(Tf32(true).enter().unwrap()),
+        2 => Box::new(Sdpa::only([SdpaBackend::Math]).enter().unwrap()),
+        3 => Box::new(Cudnn::new().benchmark(true).enter().unwrap()),
+        _ => Box::new(Deterministic::new().warn_only(true).enter().unwrap()),
+    }
+}
+
+fn global_holds(which: u64) -> bool {
+    match which {
+        0 | 1 => tch_scope::matmul_precision() == "high" && tch_scope::allow_tf32(),
+        2 => tch_scope::sdpa_backends() == [tch_scope::SdpaBackend::Math],
+        3 => tch_scope::cudnn_flags().benchmark,
+        _ => tch_scope::deterministic_mode() == Some(true),
+    }
+}
+
+fn global_state() -> String {
+    format!(
+        "{} {} {:?} {:?} {:?}",
+        tch_scope::matmul_precision(),
+        tch_scope::allow_tf32(),
+        tch_scope::sdpa_backends(),
+        tch_scope::cudnn_flags(),
+        tch_scope::deterministic_mode()
+    )
+}
+
+static GLOBAL_ENTERED: AtomicU64 = AtomicU64::new(0);
+
+/// Enters up to 3 random words, checks each holds, leaves them in a random
+/// order (sometimes by a panic), checks nothing is lost meanwhile.
+fn global_thread(seed: u64, rounds: u64) {
+    let mut rng = Rng::new(seed);
+    for _ in 0..rounds {
+        let n = 1 + rng.below(3);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            let mut held = Vec::new();
+            for _ in 0..n {
+                let w = rng.below(GLOBAL_WORDS);
+                held.push((w, enter_global(w)));
+                GLOBAL_ENTERED.fetch_add(1, Ordering::Relaxed);
+                for (w, _) in &held {
+                    assert!(global_holds(*w), "word {w} lost its value");
+                }
+            }
+            // Out of order: a random one first.
+            while !held.is_empty() {
+                let i = rng.below(held.len() as u64) as usize;
+                drop(held.swap_remove(i));
+                for (w, _) in &held {
+                    assert!(global_holds(*w), "word {w} lost its value");
+                }
+            }
+            if rng.one_in(16) {
+                let _g = enter_global(rng.below(GLOBAL_WORDS));
+                std::panic::panic_any(Boom);
+            }
+        }));
+        if let Err(payload) = r {
+            assert!(payload.is::<Boom>(), "a panic that is not ours");
+        }
+    }
+}
+
+/// Process-wide words entered and left at random on 8 threads, always
+/// with equal values: never refused, every value holds while its scope is
+/// open, and the process is back to its settings at the end.
+#[test]
+fn eight_threads_entering_process_wide_words_at_random_restore_the_process() {
+    quiet_booms();
+    let before = global_state();
+    let rounds = (scopes_per_thread() / 20).max(100);
+    let t = Instant::now();
+    let threads: Vec<_> = (0..THREADS as u64)
+        .map(|i| std::thread::spawn(move || global_thread(i + 100, rounds)))
+        .collect();
+    for t in threads {
+        t.join().expect("a process-wide stress thread failed");
+    }
+    eprintln!(
+        "stress (process-wide): {THREADS} threads x {rounds} rounds in {:.1?}: {} scopes entered",
+        t.elapsed(),
+        GLOBAL_ENTERED.load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        global_state(),
+        before,
+        "the process is back to its settings"
     );
 }
