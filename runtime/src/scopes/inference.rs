@@ -19,10 +19,18 @@ use crate::{InferenceMode, Scope, ScopeError, Trainable};
 ///
 /// ```
 /// use std::sync::Arc;
-/// use tch::{Device, Kind, Tensor, nn};
+/// use tch::{Device, Kind, Tensor, nn::ModuleT};
 /// use tch_scope::{Inference, WithMode};
 ///
-/// let model = WithMode::new(nn::func_t(|x, train| x.dropout(0.5, train)));
+/// #[derive(Debug)]
+/// struct Dropout; // a `Send + Sync` module
+/// impl ModuleT for Dropout {
+///     fn forward_t(&self, x: &Tensor, train: bool) -> Tensor {
+///         x.dropout(0.5, train)
+///     }
+/// }
+///
+/// let model = WithMode::new(Dropout);
 /// let served = Arc::new(Inference::new(model).unwrap());
 /// let x = Tensor::ones([8], (Kind::Float, Device::Cpu));
 /// let handles: Vec<_> = (0..4)
