@@ -16,6 +16,8 @@
 // maybe freed) is never touched, and one swapped in is left alone.
 // modules() itself copies a Module (building a c10::Dict) at every step,
 // and costs microseconds.
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -33,26 +35,37 @@ namespace {
 
 using Object = c10::ivalue::Object;
 
-// Mode changes made through tch-scope are serialized: two threads entering
-// scopes on one shared module must not write the same slots at once. The
-// class cache below is guarded by the same lock.
-std::mutex& mode_lock() {
-  static std::mutex m;
-  return m;
+// Mode changes made through tch-scope are serialized per model: two
+// threads entering scopes on one shared module must not write the same
+// slots at once, while scopes on two models go on side by side. The lock
+// is one of 64, picked by the root module object (two models that share a
+// submodule object are not kept apart: TorchScript does not share them
+// unless asked to).
+std::mutex& model_lock(const void* root) {
+  static std::mutex locks[64];
+  auto p = reinterpret_cast<uintptr_t>(root);
+  return locks[((p >> 4) ^ (p >> 10)) % 64];
 }
 
 // What one module class says, worked out once: its "training" slot, and its
-// submodule slots with their classes.
+// submodule slots with their classes. Never changed once published (a
+// class that grew attributes gets a new Info), so walks read it unlocked.
 struct Info {
   c10::TypePtr keep;  // keeps the class, and so the cache key, alive
   size_t attrs = 0;   // the class's attribute count when worked out
   size_t training = 0;
   std::vector<std::pair<size_t, Info*>> children;
-  size_t modules_seen = 16;  // a reserve hint, for a root
+  std::atomic<size_t> modules_seen{16};  // a reserve hint, for a root
 };
 
-std::unordered_map<const c10::ClassType*, Info>& infos() {
-  static auto* m = new std::unordered_map<const c10::ClassType*, Info>();
+// The class cache and its lock (held only while looking up or adding).
+std::recursive_mutex& cache_lock() {
+  static std::recursive_mutex m;
+  return m;
+}
+
+std::unordered_map<const c10::ClassType*, Info*>& infos() {
+  static auto* m = new std::unordered_map<const c10::ClassType*, Info*>();
   return *m;
 }
 
@@ -62,27 +75,36 @@ const std::string& training_name() {
 }
 
 // The class's Info, worked out again if attributes were added since.
-// Entries are never erased, so Info pointers stay valid.
+// Infos are never freed (a replaced one may still be read by a walk), so
+// Info pointers stay valid.
 Info& info(const c10::TypePtr& t) {
   const auto* ct = t->castRaw<c10::ClassType>();
   if (!ct) throw std::runtime_error("a submodule is not a class object");
+  std::lock_guard<std::recursive_mutex> lock(cache_lock());
   auto& m = infos();
   auto it = m.find(ct);
-  if (it != m.end() && it->second.attrs == ct->numAttributes()) return it->second;
-  Info in;
-  in.keep = t;
-  in.attrs = ct->numAttributes();
+  if (it != m.end() && it->second->attrs == ct->numAttributes()) return *it->second;
+  auto* in = new Info();
+  in->keep = t;
+  in->attrs = ct->numAttributes();
   auto slot = ct->findAttributeSlot(training_name());
-  if (!slot) throw std::runtime_error("a submodule has no `training` attribute");
-  in.training = *slot;
-  for (size_t i = 0; i < in.attrs; ++i) {
-    const c10::TypePtr& a = ct->getAttribute(i);
-    if (a->is_module()) in.children.emplace_back(i, &info(a));
+  if (!slot) {
+    delete in;
+    throw std::runtime_error("a submodule has no `training` attribute");
   }
-  Info& kept = m[ct];
-  in.modules_seen = kept.modules_seen;
-  kept = std::move(in);
-  return kept;
+  in->training = *slot;
+  try {
+    for (size_t i = 0; i < in->attrs; ++i) {
+      const c10::TypePtr& a = ct->getAttribute(i);
+      if (a->is_module()) in->children.emplace_back(i, &info(a));
+    }
+  } catch (...) {
+    delete in;
+    throw;
+  }
+  if (it != m.end()) in->modules_seen.store(it->second->modules_seen.load());
+  m[ct] = in;
+  return *in;
 }
 
 [[gnu::noinline]] Info* recheck(Object* obj) {
@@ -143,9 +165,9 @@ std::unique_ptr<Saved> save(void* module, bool set, bool on) {
   auto s = std::make_unique<Saved>();
   s->root = static_cast<torch::jit::Module*>(module)->_ivalue();
   s->root_info = &info(c10::TypePtr(s->root->type()));
-  s->flags.reserve(s->root_info->modules_seen);
+  s->flags.reserve(s->root_info->modules_seen.load(std::memory_order_relaxed));
   walk(s->root.get(), s->root_info, s->flags, set, on);
-  s->root_info->modules_seen = s->flags.size();
+  s->root_info->modules_seen.store(s->flags.size(), std::memory_order_relaxed);
   return s;
 }
 
@@ -182,34 +204,40 @@ void restore(const Saved& s) {
   restore_moved(s.root.get(), s.root_info, was);
 }
 
+// The module object a `torch::jit::Module*` stands for: the lock's key.
+const void* root_of(void* module) {
+  return static_cast<torch::jit::Module*>(module)->_ivalue().get();
+}
+
 }  // namespace
 
 extern "C" {
 
 tch_scope_status tch_scope_module_save(void* module, void** saved) {
   return tch_scope::guarded([&] {
-    std::lock_guard<std::mutex> lock(mode_lock());
+    std::lock_guard<std::mutex> lock(model_lock(root_of(module)));
     *saved = save(module, false, false).release();
   });
 }
 
 tch_scope_status tch_scope_module_enter(void* module, bool on, void** saved) {
   return tch_scope::guarded([&] {
-    std::lock_guard<std::mutex> lock(mode_lock());
+    std::lock_guard<std::mutex> lock(model_lock(root_of(module)));
     *saved = save(module, true, on).release();
   });
 }
 
 tch_scope_status tch_scope_module_set_training(void* module, bool on) {
   return tch_scope::guarded([&] {
-    std::lock_guard<std::mutex> lock(mode_lock());
+    std::lock_guard<std::mutex> lock(model_lock(root_of(module)));
     static_cast<torch::jit::Module*>(module)->train(on);
   });
 }
 
 tch_scope_status tch_scope_module_leave(const void* saved) {
   return tch_scope::guarded([&] {
-    std::lock_guard<std::mutex> lock(mode_lock());
+    std::lock_guard<std::mutex> lock(
+        model_lock(static_cast<const Saved*>(saved)->root.get()));
     restore(*static_cast<const Saved*>(saved));
   });
 }
