@@ -83,7 +83,13 @@
 //! `eval(model)` and `train(model)` take any [`Trainable`] model — a
 //! [`tch::CModule`], a `tch::nn` module wrapped in [`WithMode`], or your own
 //! type — and borrow it (shared) for the scope, so the body can still call
-//! it. On exit every submodule's own mode is put back. `eval` does not turn
+//! it. When the last scope open on the model ends, every submodule's own
+//! mode is put back. Scopes on one model from several threads share its
+//! mode, and the other mode from another thread is refused; but a model's
+//! mode is flags in the model, so a scope on a model that other threads run
+//! outside any scope changes their forward passes too. For a model served
+//! by many threads, use [`Inference`]: eval mode once, each call under
+//! `inference_mode`, no flag written per call. `eval` does not turn
 //! autograd off; write `no_grad, eval(model)`.
 //!
 //! # Attributes
