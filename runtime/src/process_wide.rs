@@ -69,21 +69,21 @@ pub(crate) trait Setting: 'static {
     fn restore(saved: &Self::Saved) -> Result<(), String>;
 }
 
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
-pub(crate) fn next_id() -> u64 {
-    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+/// The names of the threads that have used a setting, by their id here,
+/// for messages; a thread's entry goes when it ends.
+static LABELS: Mutex<Vec<(u64, Arc<str>)>> = Mutex::new(Vec::new());
+
+/// This thread, as entries record it: an id (never 0), its label kept in
+/// `LABELS` until the thread ends.
+struct Me {
+    id: u64,
 }
 
-/// This thread, as entries record it: an id (never 0) and a label for
-/// messages ("worker-2", or the id).
-pub(crate) struct Me {
-    pub(crate) id: u64,
-    pub(crate) label: Arc<str>,
-}
-
-thread_local! {
-    static ME: Me = {
+impl Me {
+    fn new() -> Self {
+        let id = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
         let t = std::thread::current();
         let label: Arc<str> = match t.name() {
             Some(name) => name.into(),
@@ -93,12 +93,39 @@ thread_local! {
                 .trim_end_matches(')')
                 .into(),
         };
-        Me { id: next_id(), label }
-    };
+        LABELS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((id, label));
+        Me { id }
+    }
 }
 
-pub(crate) fn me<R>(f: impl FnOnce(&Me) -> R) -> R {
-    ME.with(f)
+impl Drop for Me {
+    fn drop(&mut self) {
+        let mut labels = LABELS.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = labels.iter().position(|(id, _)| *id == self.id) {
+            labels.swap_remove(i);
+        }
+    }
+}
+
+thread_local! {
+    static ME: Me = Me::new();
+}
+
+/// This thread's id for entries (0 if the thread is ending).
+pub(crate) fn me() -> u64 {
+    ME.try_with(|m| m.id).unwrap_or(0)
+}
+
+/// "thread worker-2", or what is known of a thread that has ended.
+pub(crate) fn thread_label(id: u64) -> String {
+    let labels = LABELS.lock().unwrap_or_else(PoisonError::into_inner);
+    match labels.iter().find(|(i, _)| *i == id) {
+        Some((_, label)) => format!("thread {label}"),
+        None => "a thread that has ended".to_owned(),
+    }
 }
 
 struct Entry<V> {
@@ -108,12 +135,14 @@ struct Entry<V> {
     /// The thread it is active on (0: none, a suspended future's).
     active_on: u64,
     /// The thread that entered it, or that polled its future last.
-    thread: Arc<str>,
+    thread: u64,
 }
 
 struct State<S: Setting> {
     saved: Option<S::Saved>,
     entries: Vec<Entry<S::Value>>,
+    /// Ticket ids; a new holder is named by its first ticket's id.
+    next: u64,
 }
 
 /// The open scopes of one setting; see the [module docs](self).
@@ -135,6 +164,7 @@ impl<S: Setting> Registry<S> {
             state: Mutex::new(State {
                 saved: None,
                 entries: Vec::new(),
+                next: 1,
             }),
         }
     }
@@ -151,14 +181,15 @@ impl<S: Setting> Registry<S> {
     /// # Errors
     /// Another holder has a different value open, or libtorch refused.
     pub(crate) fn enter(&self, value: S::Value) -> Result<Ticket, ScopeError> {
-        let (me_id, me_label) = me(|m| (m.id, Arc::clone(&m.label)));
+        let me_id = me();
         let mut st = self.lock();
+        let id = st.next;
         let holder = st
             .entries
             .iter()
             .rev()
             .find(|e| e.active_on == me_id)
-            .map_or_else(next_id, |e| e.holder);
+            .map_or(id, |e| e.holder);
         if let Some(other) = st
             .entries
             .iter()
@@ -180,13 +211,13 @@ impl<S: Setting> Registry<S> {
                 return Err(ScopeError::new(S::describe(&value), None, e));
             }
         }
-        let id = next_id();
+        st.next += 1;
         st.entries.push(Entry {
             id,
             holder,
             value,
             active_on: me_id,
-            thread: me_label,
+            thread: me_id,
         });
         Ok(Ticket { id })
     }
@@ -228,11 +259,11 @@ impl<S: Setting> Registry<S> {
 
     /// The future holding `ticket` is polled on this thread.
     pub(crate) fn resume(&self, ticket: &Ticket) {
-        let (me_id, me_label) = me(|m| (m.id, Arc::clone(&m.label)));
+        let me_id = me();
         let mut st = self.lock();
         if let Some(e) = st.entries.iter_mut().rev().find(|e| e.id == ticket.id) {
             e.active_on = me_id;
-            e.thread = me_label;
+            e.thread = me_id;
         }
     }
 }
@@ -242,8 +273,9 @@ impl<S: Setting> Registry<S> {
 fn conflict<S: Setting>(value: &S::Value, other: &Entry<S::Value>, me_id: u64) -> ScopeError {
     let mine = S::describe(value);
     let theirs = S::describe(&other.value);
+    let thread = thread_label(other.thread);
     let by = Holder {
-        thread: &other.thread,
+        thread: &thread,
         suspended: other.active_on == 0,
         here: other.active_on == me_id,
     };
@@ -263,13 +295,13 @@ struct Holder<'a> {
 impl fmt::Display for Holder<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.suspended {
-            write!(f, "a task last polled on thread {}", self.thread)
+            write!(f, "a task last polled on {}", self.thread)
         } else if self.here {
             // Another task's entry, active on this thread: only a guard
             // held by hand across an `.await` gets here.
             write!(f, "another holder on this thread ({})", self.thread)
         } else {
-            write!(f, "thread {}", self.thread)
+            f.write_str(self.thread)
         }
     }
 }

@@ -104,6 +104,14 @@ pub trait Scope {
         let _ = (guard, outcome);
     }
 
+    /// Whether leaving this scope can report an exit error
+    /// ([`ExitError::report`](crate::ExitError::report), or a built-in
+    /// guard's failed restore), which the success path of
+    /// [`try_scoped!`](crate::try_scoped) then checks for. `true` unless a
+    /// scope says otherwise; `false` only where the exit cannot fail (grad
+    /// and inference mode), which spares the check.
+    const EXIT_CAN_FAIL: bool = true;
+
     /// Called when the future holding `guard` for its whole life (a
     /// [`Spanned`](crate::Spanned) future: `timed`, the memory scopes, a
     /// `with(…)`) returns from a poll that suspended: the guard steps out
@@ -127,6 +135,7 @@ pub trait Scope {
 impl<S: Scope + ?Sized> Scope for &mut S {
     type Guard = S::Guard;
     type Error = S::Error;
+    const EXIT_CAN_FAIL: bool = S::EXIT_CAN_FAIL;
 
     #[inline]
     fn enter(&mut self) -> Result<S::Guard, S::Error> {
@@ -174,6 +183,7 @@ pub struct ChainGuard<A, B> {
 impl<A: Scope, B: Scope> Scope for Chain<A, B> {
     type Guard = ChainGuard<A::Guard, B::Guard>;
     type Error = <A::Error as EntryError>::Or<B::Error>;
+    const EXIT_CAN_FAIL: bool = A::EXIT_CAN_FAIL || B::EXIT_CAN_FAIL;
 
     #[inline]
     fn enter(&mut self) -> Result<Self::Guard, Self::Error> {
@@ -214,6 +224,7 @@ pub struct End;
 impl Scope for End {
     type Guard = ();
     type Error = Infallible;
+    const EXIT_CAN_FAIL: bool = false;
 
     #[inline]
     fn enter(&mut self) -> Result<(), Infallible> {
@@ -251,6 +262,7 @@ impl<S> When<S> {
 impl<S: Scope> Scope for When<S> {
     type Guard = Option<S::Guard>;
     type Error = S::Error;
+    const EXIT_CAN_FAIL: bool = S::EXIT_CAN_FAIL;
 
     #[inline]
     fn enter(&mut self) -> Result<Self::Guard, S::Error> {

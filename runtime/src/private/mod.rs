@@ -146,6 +146,10 @@ impl<S: Scope> Exit<S> {
     /// The first exit error reported while leaving, as a `ScopeError`.
     #[inline]
     pub fn finish(self) -> Result<(), ScopeError> {
+        if !S::EXIT_CAN_FAIL {
+            drop(self);
+            return Ok(());
+        }
         crate::exit::catching(move || drop(self)).map_err(ScopeError::from)
     }
 }

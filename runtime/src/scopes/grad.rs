@@ -103,6 +103,7 @@ impl Drop for GradGuard {
 impl Scope for NoGrad {
     type Guard = GradGuard;
     type Error = Infallible;
+    const EXIT_CAN_FAIL: bool = false;
 
     #[inline]
     fn enter(&mut self) -> Result<GradGuard, Infallible> {
@@ -113,6 +114,7 @@ impl Scope for NoGrad {
 impl Scope for EnableGrad {
     type Guard = GradGuard;
     type Error = Infallible;
+    const EXIT_CAN_FAIL: bool = false;
 
     #[inline]
     fn enter(&mut self) -> Result<GradGuard, Infallible> {
@@ -123,6 +125,7 @@ impl Scope for EnableGrad {
 impl Scope for Grad {
     type Guard = GradGuard;
     type Error = Infallible;
+    const EXIT_CAN_FAIL: bool = false;
 
     #[inline]
     fn enter(&mut self) -> Result<GradGuard, Infallible> {
@@ -181,6 +184,7 @@ impl std::fmt::Debug for InferenceModeGuard {
 impl Scope for InferenceMode {
     type Guard = InferenceModeGuard;
     type Error = Infallible;
+    const EXIT_CAN_FAIL: bool = false;
 
     #[inline]
     fn enter(&mut self) -> Result<InferenceModeGuard, Infallible> {
@@ -191,6 +195,7 @@ impl Scope for InferenceMode {
 impl Scope for SetInferenceMode {
     type Guard = InferenceModeGuard;
     type Error = Infallible;
+    const EXIT_CAN_FAIL: bool = false;
 
     #[inline]
     fn enter(&mut self) -> Result<InferenceModeGuard, Infallible> {

@@ -336,25 +336,26 @@ impl<T: Trainable + ?Sized> Drop for ModeGuard<'_, T> {
 /// for each other.
 mod models {
     use std::any::Any;
-    use std::sync::{Arc, Mutex, PoisonError};
+    use std::sync::{Mutex, PoisonError};
 
     use tch::TchError;
 
     use super::Trainable;
-    use crate::process_wide::{me, next_id};
+    use crate::process_wide::{me, thread_label};
 
     struct Open {
         ticket: u64,
         holder: u64,
         training: bool,
-        thread_id: u64,
-        thread: Arc<str>,
+        thread: u64,
     }
 
     struct Model {
         id: usize,
         saved: Box<dyn Any + Send>,
         open: Vec<Open>,
+        /// Ticket ids; a new holder is named by its first ticket's id.
+        next: u64,
     }
 
     const STRIPES: usize = 64;
@@ -383,30 +384,30 @@ mod models {
     where
         T::Modes: Send + 'static,
     {
-        let (me_id, label) = me(|m| (m.id, Arc::clone(&m.label)));
+        let me_id = me();
         let mut models = stripe(id);
-        let ticket = next_id();
         let Some(m) = models.iter_mut().find(|m| m.id == id) else {
             let saved = model.switch_training(training).map_err(|e| e.to_string())?;
             models.push(Model {
                 id,
                 saved: Box::new(saved),
                 open: vec![Open {
-                    ticket,
-                    holder: next_id(),
+                    ticket: 1,
+                    holder: 1,
                     training,
-                    thread_id: me_id,
-                    thread: label,
+                    thread: me_id,
                 }],
+                next: 2,
             });
-            return Ok(ticket);
+            return Ok(1);
         };
+        let ticket = m.next;
         let holder = m
             .open
             .iter()
             .rev()
-            .find(|o| o.thread_id == me_id)
-            .map_or_else(next_id, |o| o.holder);
+            .find(|o| o.thread == me_id)
+            .map_or(ticket, |o| o.holder);
         if let Some(o) = m
             .open
             .iter()
@@ -414,21 +415,21 @@ mod models {
             .find(|o| o.holder != holder && o.training != training)
         {
             return Err(format!(
-                "{} conflicts with {} held by thread {}",
+                "{} conflicts with {} held by {}",
                 word(training),
                 word(o.training),
-                o.thread
+                thread_label(o.thread)
             ));
         }
         if m.open.last().is_some_and(|o| o.training != training) {
             model.set_training(training).map_err(|e| e.to_string())?;
         }
+        m.next += 1;
         m.open.push(Open {
             ticket,
             holder,
             training,
-            thread_id: me_id,
-            thread: label,
+            thread: me_id,
         });
         Ok(ticket)
     }
