@@ -15,6 +15,7 @@ mod exits;
 mod grad;
 mod linkage;
 mod outcome;
+mod request_context;
 mod threads;
 mod timing;
 mod train_eval;

@@ -61,7 +61,7 @@
 //! | `memory_scope`, `memory_scope("name")` | a resident-memory reporter | [`HostMemory`] |
 //! | `gpu_memory_scope(device = 0, empty_cache = false)` | `torch.cuda.memory_allocated()` / `max_memory_allocated()` reporter | [`GpuMemory`] |
 //! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` (feature `distributed`) | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
-//! | `deadline(Duration::from_millis(100))` | a `SIGALRM` handler raising `TimeoutError` | [`Deadline`] |
+//! | `deadline(Duration::from_millis(100))`, `deadline(until = t)` | a `SIGALRM` handler raising `TimeoutError` | [`Deadline`] |
 //!
 //! `seed`, `fork_rng`, `threads`, `detect_anomaly`, `deterministic`,
 //! `matmul_precision`, `tf32`, `cudnn` and `sdpa` change process-wide
@@ -105,7 +105,10 @@
 //! # Threads
 //! Grad mode, inference mode and the current device are per OS thread, as in
 //! libtorch, so guards are `!Send`. A thread spawned inside `no_grad` starts
-//! with grad mode on, as in PyTorch.
+//! with grad mode on, as in PyTorch. To run a request's work on another
+//! thread inside the request's scopes, [`Context::capture`] them where it
+//! arrives and enter them with `with(ctx)` on the worker; a deadline of
+//! `deadline(until = arrival + budget)` counts the time spent in between.
 
 // The table above links `dist::Distributed`, there only with the feature
 // (docs.rs builds with it).
@@ -113,6 +116,7 @@
 #![warn(missing_docs)]
 
 mod clock;
+mod context;
 pub mod cuda;
 mod durable;
 mod error;
@@ -136,6 +140,7 @@ pub mod dist;
 #[path = "private/mod.rs"]
 pub mod __private;
 
+pub use context::{Context, ContextGuard};
 pub use cuda::{built_with_cuda, cuda_device_count, current_cuda_device};
 pub use error::{EntryError, ScopeError};
 pub use exit::{ExitError, exit_errors_reported, reset_exit_hook, set_exit_hook};
