@@ -15,6 +15,7 @@ mod exits;
 mod grad;
 mod linkage;
 mod outcome;
+mod send_futures;
 mod threads;
 mod timing;
 mod train_eval;
