@@ -28,7 +28,7 @@ macro_rules! async_fns {
         /// Every future above is `Send` (a compile-time check).
         #[test]
         fn attributed_async_fns_are_send() {
-            $( let _ = assert_send($name()); )*
+            $( drop(assert_send($name())); )*
         }
     };
 }
@@ -81,20 +81,25 @@ async fn with_async() -> u32 {
 
 #[test]
 fn model_and_with_futures_are_send() {
-    let model = CModule::load(crate::bundle::tests_dir().join("data").join("bn_dropout.pt")).unwrap();
-    let _ = assert_send(eval_async(&model));
-    let _ = assert_send(train_async(&model));
-    let _ = assert_send(with_async());
-    let _ = assert_send(async {
+    let model = CModule::load(
+        crate::bundle::tests_dir()
+            .join("data")
+            .join("bn_dropout.pt"),
+    )
+    .unwrap();
+    drop(assert_send(eval_async(&model)));
+    drop(assert_send(train_async(&model)));
+    drop(assert_send(with_async()));
+    drop(assert_send(async {
         scoped!(no_grad, timed("send::block"), memory_scope => {
             YieldOnce::default().await;
             5
         })
-    });
-    let _ = assert_send(async {
+    }));
+    drop(assert_send(async {
         tch_scope::try_scoped!(inference_mode, timed, deadline(Duration::from_secs(5)) => {
             YieldOnce::default().await;
             6
         })
-    });
+    }));
 }
