@@ -76,4 +76,4 @@ say "compile cost"
 python3 scripts/bench/compile_cost.py "$OUT/compile_cost.json"
 
 cat /proc/loadavg >"$OUT/loadavg-end"
-python3 scripts/bench/collect.py "$OUT" | tee "$OUT/README-table.md"
+python3 scripts/bench/collect.py "$OUT" docs/benchmarks.md | tee "$OUT/results.md"
