@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark in one run on one machine, then one
-# markdown report (stdout and target/bench/README-table.md).
+# markdown report: stdout, target/bench/results.md, and the results section
+# of docs/benchmarks.md (collect.py rewrites it between its markers).
 #   1. libtorch's own C++ guards (c10_guards.cpp), the floor
 #   2. criterion: each scope word, tch-scope and raw tch (runtime/benches/scopes.rs)
 #   3. PyTorch Python's context managers (python_scopes.py)
