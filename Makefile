@@ -57,7 +57,7 @@ test-oldest:
 	CARGO="$(CARGO)" bash scripts/test-oldest.sh
 
 # The GPU bundle (scripts/gpu-bundle.sh): the CUDA test binaries built here
-# against torch 2.11.0 + tch 0.24 (the borrowed GPU machine's PyTorch), in
+# against torch 2.11.0 + tch 0.24 (the GPU machine's PyTorch), in
 # release, stripped, with what they read, in target/gpu-bundle.tar.xz
 # (at most 48 MiB). scripts/gpu-run.sh runs it there (docs/gpu.md).
 gpu-bundle:
