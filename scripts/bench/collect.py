@@ -324,7 +324,7 @@ def main():
         out += [op, ""]
     frows, fmet, fmissed = floor_table()
     if len(frows) > 2:
-        out += ["Floors (issue 18), each a ratio of two numbers from this run:", ""] + frows + [
+        out += ["Floors, each a ratio of two numbers from this run:", ""] + frows + [
             "",
             "⁷ scripts/bench/deep_model.py: a TorchScript Sequential of 333 blocks (Linear + ReLU), "
             "1000 modules, in training mode; Python: `torch.no_grad()` + the eval helper.",
