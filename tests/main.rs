@@ -16,6 +16,7 @@ mod grad;
 mod linkage;
 mod outcome;
 mod request_context;
+mod send_futures;
 mod threads;
 mod timing;
 mod train_eval;

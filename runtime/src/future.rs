@@ -145,6 +145,9 @@ pin_project! {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             let _outer = if *this.live { this.per_poll.enter().ok() } else { None };
+            if let Some(g) = this.guard.as_mut() {
+                S::resume(g);
+            }
             // SAFETY: dropped in place, once, and never touched again.
             unsafe { ManuallyDrop::drop(this.future.get_unchecked_mut()) }
             *this.guard = None;
@@ -180,7 +183,11 @@ impl<P: Scope, S: Scope, F: Future> Future for Spanned<P, S, F> {
             Ok(g) => g,
             Err(e) => return Poll::Ready(Err(e.or::<S::Error>())),
         };
-        if !*this.started {
+        if *this.started {
+            if let Some(g) = this.guard.as_mut() {
+                S::resume(g);
+            }
+        } else {
             *this.started = true;
             match this.span.enter() {
                 Ok(g) => *this.guard = Some(g),
@@ -193,6 +200,10 @@ impl<P: Scope, S: Scope, F: Future> Future for Spanned<P, S, F> {
             *this.live = false;
             // Leave the span before the per-poll scopes, as entered.
             *this.guard = None;
+        } else if let Some(g) = this.guard.as_mut() {
+            // Nothing of the span stays entered on this thread while the
+            // future waits (tracing's rule for `Instrumented`).
+            S::suspend(g);
         }
         drop(outer);
         out.map(Ok)

@@ -132,6 +132,8 @@ mod scopes;
 mod stack;
 mod thread_state;
 pub mod trace;
+#[cfg(feature = "tracing")]
+mod tracing_span;
 
 #[cfg(feature = "distributed")]
 pub mod dist;

@@ -103,6 +103,25 @@ pub trait Scope {
     fn exit(guard: &mut Self::Guard, outcome: Outcome) {
         let _ = (guard, outcome);
     }
+
+    /// Called when the future holding `guard` for its whole life (a
+    /// [`Spanned`](crate::Spanned) future: `timed`, the memory scopes, a
+    /// `with(…)`) returns from a poll that suspended: the guard steps out
+    /// of anything entered on the polling thread (a `tracing` span) so
+    /// other tasks polled on that thread meanwhile are not inside it, as
+    /// `tracing::Instrumented` does. The default does nothing.
+    #[inline(always)]
+    fn suspend(guard: &mut Self::Guard) {
+        let _ = guard;
+    }
+
+    /// Called before the next poll of the future that suspended `guard`,
+    /// on whichever thread polls it: re-enters what [`Scope::suspend`]
+    /// left. The default does nothing.
+    #[inline(always)]
+    fn resume(guard: &mut Self::Guard) {
+        let _ = guard;
+    }
 }
 
 impl<S: Scope + ?Sized> Scope for &mut S {
@@ -117,6 +136,16 @@ impl<S: Scope + ?Sized> Scope for &mut S {
     #[inline(always)]
     fn exit(guard: &mut S::Guard, outcome: Outcome) {
         S::exit(guard, outcome);
+    }
+
+    #[inline(always)]
+    fn suspend(guard: &mut S::Guard) {
+        S::suspend(guard);
+    }
+
+    #[inline(always)]
+    fn resume(guard: &mut S::Guard) {
+        S::resume(guard);
     }
 }
 
@@ -158,6 +187,18 @@ impl<A: Scope, B: Scope> Scope for Chain<A, B> {
     fn exit(guard: &mut Self::Guard, outcome: Outcome) {
         B::exit(&mut guard.inner, outcome);
         A::exit(&mut guard.outer, outcome);
+    }
+
+    #[inline(always)]
+    fn suspend(guard: &mut Self::Guard) {
+        B::suspend(&mut guard.inner);
+        A::suspend(&mut guard.outer);
+    }
+
+    #[inline(always)]
+    fn resume(guard: &mut Self::Guard) {
+        A::resume(&mut guard.outer);
+        B::resume(&mut guard.inner);
     }
 }
 
@@ -224,6 +265,20 @@ impl<S: Scope> Scope for When<S> {
     fn exit(guard: &mut Self::Guard, outcome: Outcome) {
         if let Some(g) = guard {
             S::exit(g, outcome);
+        }
+    }
+
+    #[inline(always)]
+    fn suspend(guard: &mut Self::Guard) {
+        if let Some(g) = guard {
+            S::suspend(g);
+        }
+    }
+
+    #[inline(always)]
+    fn resume(guard: &mut Self::Guard) {
+        if let Some(g) = guard {
+            S::resume(g);
         }
     }
 }
