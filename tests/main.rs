@@ -3,6 +3,7 @@
 
 mod any_return;
 mod async_scopes;
+mod async_services;
 mod attributes;
 #[allow(dead_code, reason = "each test binary uses a part of it")]
 mod bundle;
