@@ -57,9 +57,9 @@ test-oldest:
 	CARGO="$(CARGO)" bash scripts/test-oldest.sh
 
 # The GPU bundle (scripts/gpu-bundle.sh): the CUDA test binaries built here
-# against torch 2.11.0 + tch 0.24 (the borrowed GPU machine's PyTorch), in
+# against torch 2.11.0 + tch 0.24 (the GPU machine's PyTorch), in
 # release, stripped, with what they read, in target/gpu-bundle.tar.xz
-# (at most 48 MiB). scripts/gpu-run.sh runs it there (README, GPU checks).
+# (at most 48 MiB). scripts/gpu-run.sh runs it there (docs/gpu.md).
 gpu-bundle:
 	CARGO="$(CARGO)" bash scripts/gpu-bundle.sh
 
@@ -80,8 +80,8 @@ fmt:
 	$(CARGO) fmt --all
 
 # Criterion benches, libtorch's C++ guards, PyTorch Python, the MLP
-# workload and the macros' compile cost, in one run; prints the README's
-# table and keeps it in target/bench/README-table.md (scripts/bench/run.sh).
+# workload and the macros' compile cost, in one run; writes the results
+# into docs/benchmarks.md and target/bench/results.md (scripts/bench/run.sh).
 bench: libtorch
 	CARGO="$(CARGO)" bash scripts/bench/run.sh
 

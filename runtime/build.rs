@@ -52,6 +52,7 @@ fn main() {
         .file("csrc/backends.cpp")
         .file("csrc/stream.cpp")
         .file("csrc/deadline.cpp")
+        .file("csrc/context.cpp")
         .file("csrc/cuda_link.cpp");
     let nccl = if env::var_os("CARGO_FEATURE_DISTRIBUTED").is_some() {
         distributed::configure(&mut build, &include, &lib)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make gpu-bundle`: the GPU test binaries, built here, for a GPU machine
-# with PyTorch 2.11.0 but no network and no Rust (the borrowed one):
+# with PyTorch 2.11.0 but no network and no Rust (docs/gpu.md):
 # target/gpu-bundle.tar.xz, at most 48 MiB, run there by scripts/gpu-run.sh.
 #
 #  1. scripts/oldest-tree.sh: torch==2.11.0 (the machine's version) from the

@@ -9,8 +9,8 @@
 #    distributed(backend = nccl) collectives on CUDA tensors,
 #  - the CUDA branches of the other suites (seed on CUDA generators, the
 #    device and memory errors), which also run on CPU-only machines.
-# About 5 minutes after the first build on one GPU. For the borrowed GPU
-# machine (no network, no Rust) see `make gpu-bundle` and scripts/gpu-run.sh.
+# About 5 minutes after the first build on one GPU. For a GPU machine
+# without network or Rust see `make gpu-bundle` and scripts/gpu-run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)

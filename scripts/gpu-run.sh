@@ -2,7 +2,7 @@
 # Usage: GPU_OUT=DIR bash scripts/gpu-run.sh BUNDLE
 #
 # Runs the GPU bundle (`make gpu-bundle`: target/gpu-bundle.tar.xz) on a
-# machine with PyTorch but no Rust and no network (the borrowed GPU machine;
+# machine with a GPU and PyTorch but no Rust and no network (docs/gpu.md;
 # `make gpu-bundle-smoke` runs it here on the CPU):
 #  - unpacks BUNDLE into a temporary folder;
 #  - finds this machine's torch through `python3` (PYTHON overrides) and

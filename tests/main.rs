@@ -3,6 +3,7 @@
 
 mod any_return;
 mod async_scopes;
+mod async_services;
 mod attributes;
 #[allow(dead_code, reason = "each test binary uses a part of it")]
 mod bundle;
@@ -15,6 +16,8 @@ mod exits;
 mod grad;
 mod linkage;
 mod outcome;
+mod request_context;
+mod send_futures;
 mod threads;
 mod timing;
 mod train_eval;

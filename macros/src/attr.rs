@@ -14,7 +14,7 @@ use crate::ast::{self, End, Item};
 use crate::errors::Errors;
 use crate::expand;
 use crate::valid;
-use crate::word::{Cx, Word};
+use crate::word::{Cx, DefaultName, Word};
 use crate::words;
 
 /// What users write for the list attribute: tch-scope re-exports it as
@@ -144,10 +144,14 @@ pub(crate) fn attr_tokens(
     };
     let bare = items_are_bare(attr, &items);
     let func = (|input: ParseStream| parse_fn(input, attr, bare)).parse2(item);
-    // A function's measurements are named `module::path::function`.
+    // A function's measurements are named `module::path::function`, a
+    // method's `module::path::Type::method`.
     let fn_name = func.as_ref().ok().map(|f| {
+        if f.sig.receiver().is_some() {
+            return DefaultName::Method(f.sig.ident.clone());
+        }
         let suffix = format!("::{}", f.sig.ident);
-        quote!(::core::concat!(::core::module_path!(), #suffix))
+        DefaultName::Function(quote!(::core::concat!(::core::module_path!(), #suffix)))
     });
     let cx = Cx::new(runtime_path(path), fn_name);
     let scopes = valid::validate(items, &cx, &mut errors);

@@ -26,10 +26,21 @@ impl<'ast> Visit<'ast> for AwaitFinder {
     fn visit_item(&mut self, _: &'ast Item) {}
     fn visit_macro(&mut self, mac: &'ast Macro) {
         // Macro input is opaque; `.await` written in it almost always ends up
-        // in the body. (`join!`/`select!` await without writing `.await`:
-        // those are not seen.)
-        self.0 |= tokens_await(mac.tokens.clone());
+        // in the body. `join!`, `select!` and their kin (tokio's and
+        // futures', by the last path segment) await without writing it.
+        self.0 |= awaiting_macro(mac) || tokens_await(mac.tokens.clone());
     }
+}
+
+/// The macros that await without an `.await` in their input.
+const AWAITING_MACROS: &[&str] = &["join", "try_join", "select", "select_biased"];
+
+/// `join!(..)`, `tokio::select! {..}`, `futures::select_biased!(..)`, ...
+fn awaiting_macro(mac: &Macro) -> bool {
+    mac.path
+        .segments
+        .last()
+        .is_some_and(|s| AWAITING_MACROS.iter().any(|m| s.ident == m))
 }
 
 /// `.await` anywhere in `tokens`, except inside `async { .. }` blocks.

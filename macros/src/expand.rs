@@ -267,6 +267,12 @@ pub(crate) fn awaiting(
 /// picks by autoref, from the types alone: nothing for an infallible
 /// scope, `Err(E::from(e))` for a `Result<_, E>` with `E: From<ScopeError>`,
 /// a panic otherwise — so no attribute adds a bound to the return type.
+///
+/// One output shape each, named by what it emits: [`async_fn`], a
+/// [`returned_future`] (async-trait's `Box::pin(async move { .. })`, or an
+/// `async` block as the tail of a `-> impl Future` fn), and for sync code
+/// [`sync_flat`], [`sync_seen`] (the body as a closure whose `Result` the
+/// measuring words see) and [`sync_catching`] (under a `deadline`).
 pub(crate) fn fn_body(
     cx: &Cx,
     scopes: &[Scope],
@@ -274,92 +280,122 @@ pub(crate) fn fn_body(
     block: &Group,
     track_caller: bool,
 ) -> TokenStream {
-    let err = local("__tch_scope_err");
-    let private = cx.private(Span::call_site());
     let (outer, block) = (block.span(), quiet_group(block));
-    // A type that can be named in the body (not `impl Trait`).
-    let named = result_type(&sig.output).filter(|ty| !contains_impl(ty));
-    let on_err = match named {
-        Some(ty) => quote! {
-            return {
-                use #private::{LeaveInfallible as _, LeavePanicking as _, LeaveWithErr as _};
-                (&&&#private::Leave::<#ty, _>::of(&#err)).leave(#err)
-            }
-        },
-        None => quote!(#private::panic_scope_error(#err)),
+    let ret = Ret::of(&sig.output);
+    // Parsed only where the type says the function returns a future.
+    let parsed = (sig.asyncness.is_none())
+        .then(|| ReturnedFuture::output(sig))
+        .flatten()
+        .and_then(|_| syn::parse2::<syn::Block>(block.to_token_stream()).ok());
+    let body = if sig.asyncness.is_some() {
+        async_fn(cx, scopes, &ret, &block)
+    } else if let Some(future) = parsed.as_ref().and_then(|b| ReturnedFuture::find(sig, b)) {
+        returned_future(cx, scopes, &future)
+    } else {
+        // The body runs as a closure only where that keeps its meaning:
+        // not with `impl Trait` in the type (no annotation to give the
+        // closure), in an `unsafe fn`, or under `#[track_caller]`.
+        let closure_ok = !matches!(sig.safety, syn::Safety::Unsafe(_)) && !track_caller;
+        match (closure_ok, catching(scopes), &ret) {
+            (
+                true,
+                Some(deadline),
+                Ret {
+                    declared: Some(ty), ..
+                },
+            ) => sync_catching(cx, scopes, &ret, ty, &deadline, &block),
+            (
+                true,
+                _,
+                Ret {
+                    result: Some(ty), ..
+                },
+            ) if scopes.iter().any(|s| s.word.measures) => sync_seen(cx, scopes, &ret, ty, &block),
+            _ => sync_flat(cx, scopes, &ret, &block),
+        }
     };
-    if sig.asyncness.is_some() {
-        let (fut, ret, value) = (
-            local("__tch_scope_fut"),
-            local("__tch_scope_ret"),
-            local("__tch_scope_value"),
-        );
-        // The body stays the tail of the async block (so its inner
-        // attributes stay legal); a dead `return` of the declared type
-        // comes first so that the body's own `return`s coerce to it, as
-        // they do in a plain `async fn` (tracing-attributes does the same).
-        let ty = match &sig.output {
-            ReturnType::Default => Some(quote!(())),
-            ReturnType::Type(_, ty) if contains_impl(ty) => None,
-            ReturnType::Type(_, ty) => Some(quote!(#ty)),
-        };
-        let hint = ty.map(|ty| {
-            quote! {
-                #[allow(
-                    unknown_lints,
-                    unreachable_code,
-                    clippy::diverging_sub_expression,
-                    clippy::empty_loop,
-                    clippy::let_unit_value,
-                    clippy::needless_return,
-                    clippy::unreachable
-                )]
-                if false {
-                    let #ret: #ty = loop {};
-                    return #ret;
-                }
-            }
-        });
-        let inner = quote!({ #hint #block });
-        let spanned = spanned(cx, scopes, quote!(async move #inner));
-        return braced(
-            outer,
-            quote! {
-                let #fut = #spanned;
-                match #fut.await {
-                    ::core::result::Result::Ok(#value) => #value,
-                    ::core::result::Result::Err(#err) => #on_err,
+    braced(outer, body)
+}
+
+/// What the return type lets the expansion write.
+struct Ret {
+    /// The declared type where it can be named in a `let` (`()` when none
+    /// is written; `None` with `impl Trait` in it).
+    declared: Option<TokenStream>,
+    /// The same when its last path segment is `Result`.
+    result: Option<TokenStream>,
+}
+
+impl Ret {
+    fn of(output: &ReturnType) -> Ret {
+        match output {
+            ReturnType::Default => Ret {
+                declared: Some(quote!(())),
+                result: None,
+            },
+            ReturnType::Type(_, ty) => Ret::of_type(ty),
+        }
+    }
+
+    fn of_type(ty: &Type) -> Ret {
+        if contains_impl(ty) {
+            return Ret {
+                declared: None,
+                result: None,
+            };
+        }
+        Ret {
+            declared: Some(ty.to_token_stream()),
+            result: is_result(ty).then(|| ty.to_token_stream()),
+        }
+    }
+
+    /// How the body leaves when a scope's entry failed with
+    /// `__tch_scope_err`: `return` through `Leave` for a nameable `Result`
+    /// (a `return` in an async block leaves the block, of the same type),
+    /// else a panic.
+    fn on_err(&self, cx: &Cx) -> TokenStream {
+        let (err, private) = (local("__tch_scope_err"), cx.private(Span::call_site()));
+        match &self.result {
+            Some(ty) => quote! {
+                return {
+                    use #private::{LeaveInfallible as _, LeavePanicking as _, LeaveWithErr as _};
+                    (&&&#private::Leave::<#ty, _>::of(&#err)).leave(#err)
                 }
             },
-        );
+            None => quote!(#private::panic_scope_error(#err)),
+        }
     }
-    // Words that look at the outcome (`with`, `timed`, the memory scopes)
-    // see an `Err` as a failed run, and `deadline` catches the unwind it
-    // causes: the body runs as a closure so its value can be seen. Not
-    // where a closure would change meaning: `impl Trait` in the type (no
-    // annotation to give the closure), `unsafe fn`, `#[track_caller]`.
-    let closure_ok = !matches!(sig.safety, syn::Safety::Unsafe(_)) && !track_caller;
-    let deadline = catching(scopes).filter(|_| closure_ok);
-    let ty = match &sig.output {
-        ReturnType::Default => Some(quote!(())),
-        ReturnType::Type(_, ty) if contains_impl(ty) => None,
-        ReturnType::Type(_, ty) => Some(quote!(#ty)),
-    };
-    let result = match deadline {
-        Some(_) => ty,
-        None => named
-            .filter(|_| closure_ok && scopes.iter().any(|s| s.word.measures))
-            .map(ToTokens::into_token_stream),
-    };
-    let entered = local("__tch_scope_entered");
+}
+
+/// `let guard_i = ..;` for each scope. With a nameable `Result`, a failed
+/// entry marks the scopes entered before it `Failed` and leaves through
+/// [`Ret::on_err`]; otherwise it panics. `mark`: whether guard `i` is
+/// marked later (so bound `mut`).
+fn guard_lets(
+    cx: &Cx,
+    scopes: &[Scope],
+    ret: &Ret,
+    mark: impl Fn(usize) -> bool,
+) -> Vec<TokenStream> {
+    let (err, entered) = (local("__tch_scope_err"), local("__tch_scope_entered"));
     let failed = outcome(cx, "Failed");
-    let (n, closure) = (scopes.len(), result.is_some());
-    let lets = scopes.iter().enumerate().map(|(i, scope)| {
-        let (g, value, private) = (guard(i), scope_value(cx, scope), cx.private(scope.span));
-        // Marked by a later scope's failed entry, or after the closure.
-        let mark = closure || (named.is_some() && i + 1 < n);
-        let g = if mark { quote!(mut #g) } else { quote!(#g) };
-        if named.is_some() {
+    let on_err = ret.on_err(cx);
+    let n = scopes.len();
+    scopes
+        .iter()
+        .enumerate()
+        .map(|(i, scope)| {
+            let (g, value, private) = (guard(i), scope_value(cx, scope), cx.private(scope.span));
+            if ret.result.is_none() {
+                let g = if mark(i) { quote!(mut #g) } else { quote!(#g) };
+                return quote_spanned!(scope.span=> let #g = #private::enter_or_panic(#value););
+            }
+            let g = if mark(i) || i + 1 < n {
+                quote!(mut #g)
+            } else {
+                quote!(#g)
+            };
             let outer = saw((0..i).map(guard), &failed);
             quote_spanned! {scope.span=>
                 let #g = match #private::enter(#value) {
@@ -367,43 +403,237 @@ pub(crate) fn fn_body(
                     ::core::result::Result::Err(#err) => { #outer #on_err }
                 };
             }
-        } else {
-            quote_spanned!(scope.span=> let #g = #private::enter_or_panic(#value);)
-        }
-    });
-    let guards = || (0..scopes.len()).map(guard);
-    let Some(ty) = result else {
-        // Any way out of a function's body but a panic is its return, and
-        // an exit that no one marked hears `Completed`.
-        return braced(outer, quote!(#(#lets)* #block));
-    };
+        })
+        .collect()
+}
+
+/// Flat guards, then the body as it was: any way out of a function's body
+/// but a panic is its return, and an exit no one marked hears `Completed`.
+fn sync_flat(cx: &Cx, scopes: &[Scope], ret: &Ret, block: &Group) -> TokenStream {
+    let lets = guard_lets(cx, scopes, ret, |_| false);
+    quote!(#(#lets)* #block)
+}
+
+/// The body as a closure of the declared `Result` type `ty`, so the
+/// measuring words see an `Err` as `Failed`.
+fn sync_seen(cx: &Cx, scopes: &[Scope], ret: &Ret, ty: &TokenStream, block: &Group) -> TokenStream {
+    let lets = guard_lets(cx, scopes, ret, |_| true);
+    let private = cx.private(Span::call_site());
     // A closure body can't hold inner attributes (`#![allow(..)]`): they
     // move to the function's body, where they were meant to apply.
-    let (inner_attrs, block) = split_inner_attrs(&block);
+    let (inner_attrs, block) = split_inner_attrs(block);
     let value = local("__tch_scope_value");
+    let marks = saw((0..scopes.len()).map(guard), &seen(cx, &value));
+    quote! {
+        #inner_attrs
+        #(#lets)*
+        match #private::call(move || -> #ty #block) {
+            #value => { #marks #value }
+        }
+    }
+}
+
+/// The body as a closure under the list's `deadline`, which ends it with
+/// its `ScopeError` once the deadline has passed (leaving like a failed
+/// entry), of the declared type `ty`.
+fn sync_catching(
+    cx: &Cx,
+    scopes: &[Scope],
+    ret: &Ret,
+    ty: &TokenStream,
+    deadline: &Ident,
+    block: &Group,
+) -> TokenStream {
+    let lets = guard_lets(cx, scopes, ret, |_| true);
+    let private = cx.private(Span::call_site());
+    let (inner_attrs, block) = split_inner_attrs(block);
+    let (value, err) = (local("__tch_scope_value"), local("__tch_scope_err"));
+    let guards = || (0..scopes.len()).map(guard);
+    let failed = saw(guards(), &outcome(cx, "Failed"));
     let marks = saw(guards(), &seen(cx, &value));
-    let call = match deadline {
-        Some(deadline) => {
-            let failed = saw(guards(), &failed);
-            quote! {
-                match #private::catching(&#deadline, move || -> #ty #block) {
-                    ::core::result::Result::Ok(#value) => #value,
-                    ::core::result::Result::Err(#err) => { #failed #on_err }
-                }
+    let on_err = ret.on_err(cx);
+    quote! {
+        #inner_attrs
+        #(#lets)*
+        match match #private::catching(&#deadline, move || -> #ty #block) {
+            ::core::result::Result::Ok(#value) => #value,
+            ::core::result::Result::Err(#err) => { #failed #on_err }
+        } {
+            #value => { #marks #value }
+        }
+    }
+}
+
+/// `async fn`: the body becomes a [`spanned`] future, awaited. The body
+/// stays the tail of the async block (so its inner attributes stay legal);
+/// a dead `return` of the declared type comes first so that the body's own
+/// `return`s coerce to it, as they do in a plain `async fn`
+/// (tracing-attributes does the same).
+fn async_fn(cx: &Cx, scopes: &[Scope], ret: &Ret, block: &Group) -> TokenStream {
+    let hint = ret.declared.as_ref().map(|ty| {
+        let r = local("__tch_scope_ret");
+        quote! {
+            #[allow(
+                unknown_lints,
+                unreachable_code,
+                clippy::diverging_sub_expression,
+                clippy::empty_loop,
+                clippy::let_unit_value,
+                clippy::needless_return,
+                clippy::unreachable
+            )]
+            if false {
+                let #r: #ty = loop {};
+                return #r;
             }
         }
-        None => quote!(#private::call(move || -> #ty #block)),
-    };
-    braced(
-        outer,
-        quote! {
-            #inner_attrs
-            #(#lets)*
-            match #call {
-                #value => { #marks #value }
+    });
+    let future = spanned(cx, scopes, quote!(async move { #hint #block }));
+    awaited(cx, ret, &future)
+}
+
+/// `match future.await { Ok(v) => v, Err(e) => leave }`: the value of a
+/// [`spanned`] future, or the entry error left through [`Ret::on_err`].
+fn awaited(cx: &Cx, ret: &Ret, future: &TokenStream) -> TokenStream {
+    let (fut, value, err) = (
+        local("__tch_scope_fut"),
+        local("__tch_scope_value"),
+        local("__tch_scope_err"),
+    );
+    let on_err = ret.on_err(cx);
+    quote! {
+        let #fut = #future;
+        match #fut.await {
+            ::core::result::Result::Ok(#value) => #value,
+            ::core::result::Result::Err(#err) => #on_err,
+        }
+    }
+}
+
+/// A function that returns the future it builds: what async-trait makes
+/// of an `async fn` (`Box::pin(async move { .. })` as the body's tail, the
+/// shape tracing-attributes recognises), or a `-> impl Future<Output = T>`
+/// whose tail is an `async` block.
+struct ReturnedFuture<'a> {
+    /// The statements before the tail, kept as they are.
+    before: &'a [syn::Stmt],
+    /// The `async` block.
+    future: &'a syn::ExprAsync,
+    /// `Box::pin` (async-trait) or nothing.
+    boxed: Option<&'a syn::Expr>,
+    /// The future's `Output` type.
+    output: Ret,
+}
+
+impl<'a> ReturnedFuture<'a> {
+    /// The `Output` of the future the signature returns, if it does.
+    fn output(sig: &Signature) -> Option<&Type> {
+        match &sig.output {
+            ReturnType::Type(_, ty) => future_output(ty),
+            ReturnType::Default => None,
+        }
+    }
+
+    fn find(sig: &Signature, block: &'a syn::Block) -> Option<ReturnedFuture<'a>> {
+        let output = Self::output(sig)?;
+        let (last, before) = block.stmts.split_last()?;
+        let syn::Stmt::Expr(tail, None) = last else {
+            return None;
+        };
+        let (future, boxed) = match tail {
+            syn::Expr::Async(a) => (a, None),
+            syn::Expr::Call(call) if is_box_pin(&call.func) && call.args.len() == 1 => {
+                match &call.args[0] {
+                    syn::Expr::Async(a) => (a, Some(&*call.func)),
+                    _ => return None,
+                }
             }
-        },
-    )
+            _ => return None,
+        };
+        Some(ReturnedFuture {
+            before,
+            future,
+            boxed,
+            output: Ret::of_type(output),
+        })
+    }
+}
+
+/// `Box::pin`, `::std::boxed::Box::pin`, ... (async-trait writes
+/// `Box::pin`).
+fn is_box_pin(func: &syn::Expr) -> bool {
+    let syn::Expr::Path(p) = func else {
+        return false;
+    };
+    let segments: Vec<_> = p
+        .path
+        .segments
+        .iter()
+        .map(|s| s.ident.to_string())
+        .collect();
+    segments.ends_with(&["Box".to_owned(), "pin".to_owned()])
+}
+
+/// `T` of `impl Future<Output = T>` or `Pin<Box<dyn Future<Output = T> + ..>>`.
+fn future_output(ty: &Type) -> Option<&Type> {
+    let bounds = match ty {
+        Type::ImplTrait(t) => &t.bounds,
+        Type::TraitObject(t) => &t.bounds,
+        Type::Group(g) => return future_output(&g.elem),
+        Type::Paren(p) => return future_output(&p.elem),
+        Type::Path(p) => {
+            // `Pin<Box<X>>`: look inside the one type argument.
+            let last = p.path.segments.last()?;
+            if last.ident != "Pin" && last.ident != "Box" {
+                return None;
+            }
+            let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+                return None;
+            };
+            return args.args.iter().find_map(|a| match a {
+                syn::GenericArgument::Type(t) => future_output(t),
+                _ => None,
+            });
+        }
+        _ => return None,
+    };
+    bounds.iter().find_map(|b| {
+        let syn::TypeParamBound::Trait(t) = b else {
+            return None;
+        };
+        let last = t.path.segments.last()?;
+        if last.ident != "Future" {
+            return None;
+        }
+        let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+            return None;
+        };
+        args.args.iter().find_map(|a| match a {
+            syn::GenericArgument::AssocType(at) if at.ident == "Output" => Some(&at.ty),
+            _ => None,
+        })
+    })
+}
+
+/// The returned future, scoped: the `async` block becomes a [`spanned`]
+/// future awaited in a new `async move` block of the same `Output`, so the
+/// scopes cover the future's polls (per poll for per-thread state, its
+/// whole life for the rest), not its construction.
+fn returned_future(cx: &Cx, scopes: &[Scope], f: &ReturnedFuture) -> TokenStream {
+    let ReturnedFuture {
+        before,
+        future,
+        boxed,
+        output,
+    } = f;
+    let inner = spanned(cx, scopes, future.to_token_stream());
+    let awaited = awaited(cx, output, &inner);
+    let wrapped = quote!(async move { #awaited });
+    let tail = match boxed {
+        Some(pin) => quote!(#pin(#wrapped)),
+        None => wrapped,
+    };
+    quote!(#(#before)* #tail)
 }
 
 /// The leading `#![..]` attributes of a block, and the block without them.
@@ -435,23 +665,16 @@ fn braced(span: Span, tokens: TokenStream) -> TokenStream {
     group.into_token_stream()
 }
 
-/// The return type if its last path segment is `Result` (`Result<T, E>`,
+/// Whether the type's last path segment is `Result` (`Result<T, E>`,
 /// `io::Result<T>`, `anyhow::Result<T>`).
-fn result_type(output: &ReturnType) -> Option<&Type> {
-    let ReturnType::Type(_, ty) = output else {
-        return None;
-    };
-    let mut inner: &Type = ty;
-    loop {
-        match inner {
-            Type::Group(g) => inner = &g.elem,
-            Type::Paren(p) => inner = &p.elem,
-            Type::Path(p) if p.qself.is_none() => {
-                let last = p.path.segments.last()?;
-                return (last.ident == "Result").then_some(&**ty);
-            }
-            _ => return None,
+fn is_result(ty: &Type) -> bool {
+    match ty {
+        Type::Group(g) => is_result(&g.elem),
+        Type::Paren(p) => is_result(&p.elem),
+        Type::Path(p) if p.qself.is_none() => {
+            p.path.segments.last().is_some_and(|s| s.ident == "Result")
         }
+        _ => false,
     }
 }
 

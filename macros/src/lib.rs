@@ -207,7 +207,10 @@ pub fn deterministic(args: TokenStream, item: TokenStream) -> TokenStream {
 /// `ScopeError` ("deadline of 100 ms exceeded after 103 ms at aten::mm"):
 /// returned as `Err(E::from(e))` by a function returning `Result<_, E>`
 /// with `E: From<ScopeError>`, a panic with that message otherwise.
-/// `#[deadline(Duration::from_millis(100))]`.
+/// `#[deadline(Duration::from_millis(100))]`, or an instant:
+/// `#[deadline(until = t)]` with `t: std::time::Instant` ("deadline passed
+/// 3 ms ago at aten::mm"; an instant already past refuses the first
+/// operator).
 #[proc_macro_attribute]
 pub fn deadline(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("deadline"), args.into(), item.into()).into()

@@ -53,11 +53,20 @@ pub(crate) struct Cx {
     rt: TokenStream,
     /// The name a measurement gets when none is written: the function's
     /// path for an attribute; `None` in `scoped!`, where it is the place.
-    pub(crate) default_name: Option<TokenStream>,
+    pub(crate) default_name: Option<DefaultName>,
+}
+
+/// The name of an attributed function's measurements.
+pub(crate) enum DefaultName {
+    /// `module::path::function`: a `&'static str` expression.
+    Function(TokenStream),
+    /// A method with a receiver: `module::Type::method`, `Type` known only
+    /// at run time (`type_name::<Self>()`).
+    Method(syn::Ident),
 }
 
 impl Cx {
-    pub(crate) fn new(rt: TokenStream, default_name: Option<TokenStream>) -> Self {
+    pub(crate) fn new(rt: TokenStream, default_name: Option<DefaultName>) -> Self {
         Self { rt, default_name }
     }
 

@@ -1,6 +1,6 @@
 //! Enter + leave cost of each scope word, beside the raw tch equivalent
 //! where tch has one. `make bench` runs this with PyTorch Python's numbers
-//! (scripts/bench/) and prints the README's table.
+//! (scripts/bench/) and writes docs/benchmarks.md.
 //!
 //! Ids are `<word>/<impl>`: `tch_scope` is `scoped!(word => …)`, `tch` the
 //! raw tch call; scripts/bench/collect.py reads them by these names.

@@ -1,7 +1,8 @@
 // C ABI of the shim's process-wide and thread-local context scopes: RNG
 // state (rng.cpp), autocast (autocast.cpp), the profiler and named ranges
 // (profile.cpp), anomaly detection and deterministic algorithms
-// (global_modes.cpp), deadlines (deadline.cpp). Included by shim.h; calls returning a status catch
+// (global_modes.cpp), deadlines (deadline.cpp), and a thread's whole
+// state carried to another thread (context.cpp). Included by shim.h; calls returning a status catch
 // every C++ exception (0 = ok, message in tch_scope_last_error()).
 #pragma once
 #include <stdbool.h>
@@ -68,6 +69,7 @@ typedef struct {
   uint64_t trips;
   int64_t effective_at;
   bool included;
+  bool instant;
 } tch_scope_deadline_saved;
 // Opens a deadline `budget_ns` after `*start_ns` (steady clock; 0 = now,
 // written back so that a future's later polls keep the same deadline).
@@ -75,12 +77,42 @@ typedef struct {
 // operator the thread calls throws "deadline of .. exceeded after .. at op".
 int32_t tch_scope_deadline_enter(int64_t budget_ns, int64_t* start_ns,
                                  tch_scope_deadline_saved* saved);
+// Opens a deadline at an instant: at the first entry (`*start_ns` == 0) it
+// is `from_now_ns` from now (negative: already passed, so the next
+// operator fails), written to `*at_ns`, and `*start_ns` gets the entry
+// time; later entries reuse `*at_ns`. A refused operator throws "deadline
+// passed .. ago at op".
+int32_t tch_scope_deadline_enter_until(int64_t from_now_ns, int64_t* at_ns, int64_t* start_ns,
+                                       tch_scope_deadline_saved* saved);
 void tch_scope_deadline_exit(const tch_scope_deadline_saved* saved);
 // How many operators have failed on a deadline on this thread; `*trip_at`
 // gets the deadline the last one passed.
 uint64_t tch_scope_deadline_trips(int64_t* trip_at);
 // The message of the last one ("" if none); valid until the next.
 const char* tch_scope_deadline_trip_message(void);
+
+// ---- a thread's state for another thread (context.cpp) -------------------
+// Copies the calling thread's at::ThreadLocalState (grad mode and the other
+// autograd flags, the TLS dispatch-key sets, which hold inference mode, the
+// autocast flags and an open deadline's key, the autocast dtypes, debug
+// info and RecordFunction TLS), its autocast cast-cache flag and its open
+// deadline into a heap object, `*ctx`. Read only from then on: any number
+// of threads may enter it at once. Free it with tch_scope_context_free, on
+// any thread, once no thread is inside it.
+int32_t tch_scope_context_capture(void** ctx);
+void tch_scope_context_free(void* ctx);
+// What a captured state says, for its accessors: `*deadline_at` gets its
+// deadline (steady-clock ns; INT64_MAX: none) and `*now` the clock now.
+void tch_scope_context_info(const void* ctx, bool* grad, bool* inference, int64_t* deadline_at,
+                            int64_t* now);
+// Makes the captured state the calling thread's (at::ThreadLocalStateGuard)
+// and `*entered` what puts this thread's own back: pass it to
+// tch_scope_context_exit on this thread, last in, first out with every
+// other scope entered inside.
+int32_t tch_scope_context_enter(const void* ctx, void** entered);
+// Puts back the thread's own state and frees `entered`, whatever the
+// status; a failure (clearing autocast's cast cache) is only reported.
+int32_t tch_scope_context_exit(void* entered);
 
 #ifdef __cplusplus
 }

@@ -23,28 +23,22 @@
 
 #include "common.h"
 #include "context.h"
+#include "deadline.h"
 
 namespace {
 
+using tch_scope::deadline::kNone;
+using tch_scope::deadline::now_ns;
 constexpr auto kKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
-constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
 
 // The earliest open deadline of this thread, and the last one that passed.
 struct State {
-  int64_t at = kNone;
-  int64_t budget = 0;
-  int64_t start = 0;
+  tch_scope::deadline::Open open;
   uint64_t trips = 0;
   int64_t trip_at = kNone;
   std::string trip;
 };
 thread_local State state;
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // 100 ms, 2.5 ms, 750 us.
 std::string duration(int64_t ns) {
@@ -66,12 +60,18 @@ std::string duration(int64_t ns) {
 
 void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   State& s = state;
-  if (s.at != kNone) {
+  const auto& d = s.open;
+  if (d.at != kNone) {
     int64_t now = now_ns();
-    if (now >= s.at) [[unlikely]] {
-      s.trip = "deadline of " + duration(s.budget) + " exceeded after " + duration(now - s.start) +
-               " at " + op.operator_name().name;
-      s.trip_at = s.at;
+    if (now >= d.at) [[unlikely]] {
+      // A budget counts from its scope's entry; an instant has no budget,
+      // so say how long ago it passed.
+      s.trip = d.instant ? "deadline passed " + duration(now - d.at) + " ago"
+                         : "deadline of " + duration(d.budget) + " exceeded after " +
+                               duration(now - d.start);
+      s.trip += " at ";
+      s.trip += op.operator_name().name;
+      s.trip_at = d.at;
       ++s.trips;
       throw std::runtime_error(s.trip);
     }
@@ -96,36 +96,77 @@ void ensure_registered() {
 
 }  // namespace
 
+namespace tch_scope::deadline {
+
+int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Open current() noexcept { return state.open; }
+
+void register_check() { ensure_registered(); }
+
+void set(const Open& open) noexcept { state.open = open; }
+
+}  // namespace tch_scope::deadline
+
+namespace {
+
+// Opens `next` on this thread (the earliest open deadline applies) and
+// saves what exit puts back.
+void open(const tch_scope::deadline::Open& next, tch_scope_deadline_saved* saved) {
+  ensure_registered();
+  State& s = state;
+  saved->at = s.open.at;
+  saved->budget = s.open.budget;
+  saved->start = s.open.start;
+  saved->instant = s.open.instant;
+  saved->included = c10::impl::tls_is_dispatch_key_included(kKey);
+  saved->trips = s.trips;
+  // The earliest wins; on a tie, the outer one (it was there first).
+  if (next.at < s.open.at) s.open = next;
+  saved->effective_at = s.open.at;
+  c10::impl::tls_set_dispatch_key_included(kKey, true);
+}
+
+}  // namespace
+
+static_assert(sizeof(tch_scope_deadline_saved) == 48 && alignof(tch_scope_deadline_saved) == 8,
+              "tch_scope_deadline_saved: keep runtime/src/scopes/deadline.rs's Saved in step");
+
 extern "C" {
 
 int32_t tch_scope_deadline_enter(int64_t budget_ns, int64_t* start_ns,
                                  tch_scope_deadline_saved* saved) {
   return tch_scope::guarded([&] {
-    ensure_registered();
-    State& s = state;
     if (*start_ns == 0) *start_ns = now_ns();
-    saved->at = s.at;
-    saved->budget = s.budget;
-    saved->start = s.start;
-    saved->included = c10::impl::tls_is_dispatch_key_included(kKey);
-    saved->trips = s.trips;
     int64_t at = budget_ns > kNone - *start_ns ? kNone - 1 : *start_ns + budget_ns;
-    // The earliest wins; on a tie, the outer one (it was there first).
-    if (at < s.at) {
-      s.at = at;
-      s.budget = budget_ns;
-      s.start = *start_ns;
+    open({.at = at, .budget = budget_ns, .start = *start_ns, .instant = false}, saved);
+  });
+}
+
+int32_t tch_scope_deadline_enter_until(int64_t from_now_ns, int64_t* at_ns, int64_t* start_ns,
+                                       tch_scope_deadline_saved* saved) {
+  return tch_scope::guarded([&] {
+    if (*start_ns == 0) {
+      int64_t now = now_ns();
+      *start_ns = now;
+      // Saturating: far past or far future instants stay in range.
+      if (from_now_ns >= 0) {
+        *at_ns = from_now_ns > kNone - 1 - now ? kNone - 1 : now + from_now_ns;
+      } else {
+        *at_ns = from_now_ns < std::numeric_limits<int64_t>::min() + now ? 0 : now + from_now_ns;
+      }
     }
-    saved->effective_at = s.at;
-    c10::impl::tls_set_dispatch_key_included(kKey, true);
+    open({.at = *at_ns, .budget = 0, .start = *start_ns, .instant = true}, saved);
   });
 }
 
 void tch_scope_deadline_exit(const tch_scope_deadline_saved* saved) {
-  State& s = state;
-  s.at = saved->at;
-  s.budget = saved->budget;
-  s.start = saved->start;
+  state.open = {.at = saved->at, .budget = saved->budget, .start = saved->start,
+                .instant = saved->instant};
   c10::impl::tls_set_dispatch_key_included(kKey, saved->included);
 }
 

@@ -61,7 +61,7 @@
 //! | `memory_scope`, `memory_scope("name")` | a resident-memory reporter | [`HostMemory`] |
 //! | `gpu_memory_scope(device = 0)`, `gpu_memory_scope(device = 0, empty_cache = false)` (default `true`: the cache emptied before and after, so `reserved` shows the scope's own) | `torch.cuda.memory_allocated()` / `max_memory_allocated()` reporter | [`GpuMemory`] |
 //! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` (feature `distributed`) | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
-//! | `deadline(Duration::from_millis(100))` | a `SIGALRM` handler raising `TimeoutError` | [`Deadline`] |
+//! | `deadline(Duration::from_millis(100))`, `deadline(until = t)` | a `SIGALRM` handler raising `TimeoutError` | [`Deadline`] |
 //!
 //! `seed`, `fork_rng`, `threads`, `detect_anomaly`, `deterministic`,
 //! `matmul_precision`, `tf32`, `cudnn` and `sdpa` change process-wide
@@ -112,7 +112,11 @@
 //! # Threads
 //! Grad mode, inference mode and the current device are per OS thread, as in
 //! libtorch, so their guards are `!Send` ([`PhantomNotSend`]). A thread
-//! spawned inside `no_grad` starts with grad mode on, as in PyTorch.
+//! spawned inside `no_grad` starts with grad mode on, as in PyTorch. To run a
+//! request's work on another thread inside the request's scopes,
+//! [`Context::capture`] them where it arrives and enter them with `with(ctx)`
+//! on the worker; a deadline of `deadline(until = arrival + budget)` counts
+//! the time spent in between.
 //!
 //! # Process-wide words
 //! `seed`, `fork_rng`, `threads`, `deterministic`, `detect_anomaly`,
@@ -144,6 +148,7 @@
 #![warn(missing_docs)]
 
 mod clock;
+mod context;
 pub mod cuda;
 mod durable;
 mod error;
@@ -160,6 +165,8 @@ mod scopes;
 mod stack;
 mod thread_state;
 pub mod trace;
+#[cfg(feature = "tracing")]
+mod tracing_span;
 
 #[cfg(feature = "distributed")]
 pub mod dist;
@@ -168,6 +175,7 @@ pub mod dist;
 #[path = "private/mod.rs"]
 pub mod __private;
 
+pub use context::{Context, ContextGuard};
 pub use cuda::{built_with_cuda, cuda_device_count, current_cuda_device};
 pub use error::{EntryError, ScopeError};
 pub use exit::{ExitError, exit_errors_reported, reset_exit_hook, set_exit_hook};

@@ -1,7 +1,9 @@
 """Reads what scripts/bench/run.sh measured (target/bench/) and prints the
-README's benchmark section as markdown. Stdlib only; a missing input
-leaves its cells as "—" rather than failing (benchmarks report, they
-never fail)."""
+results section of docs/benchmarks.md as markdown; given that file as a
+second argument, also writes the section into it, between the markers
+BEGIN and END below (the prose around them is kept). Stdlib only; a
+missing input leaves its cells as "—" rather than failing (benchmarks
+report, they never fail)."""
 
 import datetime
 import json
@@ -12,6 +14,9 @@ import subprocess
 import sys
 
 OUT = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "target/bench")
+DOC = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
+BEGIN = "<!-- make bench writes from here -->"
+END = "<!-- to here -->"
 
 # (criterion group, shown as, PyTorch Python equivalent, raw tch equivalent)
 WORDS = [
@@ -294,7 +299,7 @@ def compile_table():
 
 
 def main():
-    out = ["### Benchmark results", ""]
+    out = ["## Results", ""]
     out += machine()
     out += ["", "Enter + leave of each scope, empty body, median ns (criterion for Rust, "
             "timeit for Python, a -O2 loop for C++):", ""]
@@ -319,7 +324,7 @@ def main():
         out += [op, ""]
     frows, fmet, fmissed = floor_table()
     if len(frows) > 2:
-        out += ["Floors (issue 18), each a ratio of two numbers from this run:", ""] + frows + [
+        out += ["Floors, each a ratio of two numbers from this run:", ""] + frows + [
             "",
             "⁷ scripts/bench/deep_model.py: a TorchScript Sequential of 333 blocks (Linear + ReLU), "
             "1000 modules, in training mode; Python: `torch.no_grad()` + the eval helper.",
@@ -337,7 +342,27 @@ def main():
         (met if r <= 1.3 else missed).append(f"compile ≤ 1.3× ({r:.2f}×)")
     out += ["Targets met: " + ("; ".join(met) or "—") + ".",
             "", "Targets missed: " + ("; ".join(missed) or "none") + "."]
-    print("\n".join(out))
+    text = "\n".join(out)
+    print(text)
+    if DOC:
+        write_doc(text)
+
+
+def write_doc(text):
+    """Puts the results between the markers of DOC, or makes DOC."""
+    block = f"{BEGIN}\n{text}\n{END}"
+    try:
+        old = DOC.read_text()
+    except OSError:
+        old = ""
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        new = head + block + rest.split(END, 1)[1]
+    else:
+        new = ("# Benchmarks\n\nWritten by `make bench` (scripts/bench/run.sh).\n\n"
+               + block + "\n" + old)
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text(new)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark in one run on one machine, then one
-# markdown report (stdout and target/bench/README-table.md).
+# markdown report: stdout, target/bench/results.md, and the results section
+# of docs/benchmarks.md (collect.py rewrites it between its markers).
 #   1. libtorch's own C++ guards (c10_guards.cpp), the floor
 #   2. criterion: each scope word, tch-scope and raw tch (runtime/benches/scopes.rs)
 #   3. PyTorch Python's context managers (python_scopes.py)
@@ -76,4 +77,4 @@ say "compile cost"
 python3 scripts/bench/compile_cost.py "$OUT/compile_cost.json"
 
 cat /proc/loadavg >"$OUT/loadavg-end"
-python3 scripts/bench/collect.py "$OUT" | tee "$OUT/README-table.md"
+python3 scripts/bench/collect.py "$OUT" docs/benchmarks.md | tee "$OUT/results.md"

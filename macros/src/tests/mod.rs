@@ -1,6 +1,7 @@
 //! Unit tests: the expansion engine is crate-internal (a proc-macro crate
 //! can export only macros), so it is tested from here.
 
+mod body;
 mod errors;
 mod expansion;
 mod fuzz;

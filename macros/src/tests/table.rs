@@ -36,13 +36,67 @@ fn every_word_has_an_attribute_entry_point() {
     }
 }
 
-/// The README's word table: a row per word, whose "can fail" column
-/// matches the row.
+/// The heading the README's word table sits under.
+const WORD_TABLE_HEADING: &str = "## Scope words";
+
+/// The README's word table: the first table after [`WORD_TABLE_HEADING`]
+/// and before the next heading, header and separator included. Other tables
+/// (features, versions) may have rows that start like a word's.
+fn word_table(readme: &str) -> Vec<&str> {
+    let mut lines = readme.lines();
+    assert!(
+        lines.any(|l| l.trim_end() == WORD_TABLE_HEADING),
+        "README.md has no `{WORD_TABLE_HEADING}` heading"
+    );
+    let table: Vec<&str> = lines
+        .take_while(|l| !l.starts_with('#'))
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert!(
+        table.len() > 2,
+        "README.md has no table under `{WORD_TABLE_HEADING}`"
+    );
+    table
+}
+
+#[test]
+fn the_word_table_is_found_by_its_heading() {
+    let readme = "\
+| feature | what |
+|---|---|
+| `distributed` | process groups |
+
+## Scope words
+
+Some prose.
+
+| tch-scope | entry | PyTorch | plain tch |
+|---|---|---|---|
+| `distributed(..)` | can fail | `init_process_group` | — |
+
+| `no_grad` | a later table |
+";
+    let table = word_table(readme);
+    assert_eq!(table.len(), 3, "{table:?}");
+    assert!(table[2].starts_with("| `distributed(..)` | can fail"));
+}
+
+/// The README's word table: a row per word, whose "entry" column says
+/// whether it can fail as the row does.
 #[test]
 fn every_word_has_its_readme_and_crate_doc_rows() {
+    let table = word_table(README);
+    let columns: Vec<&str> = table[0].split('|').map(str::trim).collect();
+    assert_eq!(
+        columns.get(2),
+        Some(&"entry"),
+        "the README word table's second column: {}",
+        table[0]
+    );
     for w in WORDS {
-        let row = README
-            .lines()
+        let row = table
+            .iter()
             .find(|l| l.starts_with(&format!("| `{}", w.name)))
             .unwrap_or_else(|| panic!("README.md's word table has no row for `{}`", w.name));
         let cell = row.split('|').nth(2).unwrap_or("").trim();

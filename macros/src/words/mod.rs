@@ -410,8 +410,21 @@ pub(crate) const WORDS: &[Word] = &[
     Word {
         name: "deadline",
         usage: "deadline(Duration::from_millis(100))",
-        doc: "operators fail once the time is up",
-        params: &[Param::positional("duration", 0)],
+        doc: "operators fail once the time is up, or from the instant `until = t`",
+        params: &[
+            Param {
+                name: "duration",
+                kind: Kind::Expr,
+                position: Some(0),
+                required: false,
+            },
+            Param {
+                name: "until",
+                kind: Kind::Expr,
+                position: None,
+                required: false,
+            },
+        ],
         check: deadline::check,
         measures: true,
         catches: true,
@@ -420,6 +433,8 @@ pub(crate) const WORDS: &[Word] = &[
             "deadline(Duration::from_millis(100))",
             "deadline(budget)",
             "deadline(d) if serving",
+            "deadline(until = t)",
+            "deadline(until = arrival + budget) if serving",
         ],
         ..BASE
     },

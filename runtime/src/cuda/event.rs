@@ -44,6 +44,12 @@ pub struct Event {
     device: Option<Device>,
 }
 
+// SAFETY: a CUDA event handle may be used from any host thread (the CUDA
+// runtime is thread-safe, and an event is not bound to the thread that made
+// it); `&mut self` on `record` keeps one writer at a time. A `timed(events)`
+// guard held by a future that moves between worker threads needs this.
+unsafe impl Send for Event {}
+
 impl Event {
     /// A new event, not yet recorded.
     ///

@@ -94,8 +94,7 @@ pub struct GpuMemoryGuard {
     start: Option<u64>,
     failed: bool,
     #[cfg(feature = "tracing")]
-    _span: Option<tracing::span::EnteredSpan>,
-    _not_send: crate::PhantomNotSend,
+    span: Option<crate::tracing_span::TracingSpan>,
 }
 
 impl std::fmt::Debug for GpuMemoryGuard {
@@ -118,6 +117,26 @@ impl Scope for GpuMemory {
         }
     }
 
+    /// Steps out of its `tracing` span while the future waits.
+    #[inline(always)]
+    fn suspend(guard: &mut Self::Guard) {
+        #[cfg(feature = "tracing")]
+        if let Some(s) = &mut guard.span {
+            s.suspend();
+        }
+        let _ = guard;
+    }
+
+    /// Re-enters its `tracing` span on the polling thread.
+    #[inline(always)]
+    fn resume(guard: &mut Self::Guard) {
+        #[cfg(feature = "tracing")]
+        if let Some(s) = &mut guard.span {
+            s.resume();
+        }
+        let _ = guard;
+    }
+
     fn enter(&mut self) -> Result<GpuMemoryGuard, ScopeError> {
         let name = format!("gpu_memory_scope(device = {})", self.device);
         let index = cuda::require(&name, self.device)?;
@@ -130,8 +149,7 @@ impl Scope for GpuMemory {
                 start: None,
                 failed: false,
                 #[cfg(feature = "tracing")]
-                _span: None,
-                _not_send: crate::PhantomNotSend::NEW,
+                span: None,
             });
         }
         let start = trace_start();
@@ -146,16 +164,14 @@ impl Scope for GpuMemory {
             start,
             failed: false,
             #[cfg(feature = "tracing")]
-            _span: Some(
+            span: Some(crate::tracing_span::TracingSpan::entered(
                 tracing::info_span!(
                     target: "tch_scope",
                     "gpu_memory_scope",
                     name = self.name,
                     device = index
-                )
-                .entered(),
-            ),
-            _not_send: crate::PhantomNotSend::NEW,
+                ),
+            )),
         })
     }
 }

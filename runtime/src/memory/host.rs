@@ -201,8 +201,7 @@ pub struct HostMemoryGuard {
     start: Option<u64>,
     failed: bool,
     #[cfg(feature = "tracing")]
-    _span: Option<tracing::span::EnteredSpan>,
-    _not_send: crate::PhantomNotSend,
+    span: Option<crate::tracing_span::TracingSpan>,
 }
 
 impl std::fmt::Debug for HostMemoryGuard {
@@ -225,6 +224,26 @@ impl Scope for HostMemory {
         }
     }
 
+    /// Steps out of its `tracing` span while the future waits.
+    #[inline(always)]
+    fn suspend(guard: &mut Self::Guard) {
+        #[cfg(feature = "tracing")]
+        if let Some(s) = &mut guard.span {
+            s.suspend();
+        }
+        let _ = guard;
+    }
+
+    /// Re-enters its `tracing` span on the polling thread.
+    #[inline(always)]
+    fn resume(guard: &mut Self::Guard) {
+        #[cfg(feature = "tracing")]
+        if let Some(s) = &mut guard.span {
+            s.resume();
+        }
+        let _ = guard;
+    }
+
     /// Never fails: where `/proc/self/status` can't be read, the exit hook
     /// hears why and the scope reports nothing.
     fn enter(&mut self) -> Result<HostMemoryGuard, Infallible> {
@@ -235,8 +254,7 @@ impl Scope for HostMemory {
                 start: None,
                 failed: false,
                 #[cfg(feature = "tracing")]
-                _span: None,
-                _not_send: crate::PhantomNotSend::NEW,
+                span: None,
             });
         }
         let start = trace_start();
@@ -250,11 +268,9 @@ impl Scope for HostMemory {
             start,
             failed: false,
             #[cfg(feature = "tracing")]
-            _span: Some(
-                tracing::info_span!(target: "tch_scope", "memory_scope", name = self.name)
-                    .entered(),
-            ),
-            _not_send: crate::PhantomNotSend::NEW,
+            span: Some(crate::tracing_span::TracingSpan::entered(
+                tracing::info_span!(target: "tch_scope", "memory_scope", name = self.name),
+            )),
         })
     }
 }

@@ -243,3 +243,9 @@ pub fn stream(s: impl std::borrow::Borrow<crate::cuda::Stream>) -> crate::cuda::
 pub fn deadline(budget: std::time::Duration) -> crate::Deadline {
     crate::Deadline::new(budget)
 }
+
+/// `deadline(until = t)`.
+#[inline]
+pub fn deadline_until(t: std::time::Instant) -> crate::Deadline {
+    crate::Deadline::until(t)
+}

@@ -17,10 +17,6 @@ pub(crate) struct Pending {
     pub(crate) outcome: Outcome,
 }
 
-// SAFETY: a CUDA event handle may be used from any host thread (the CUDA
-// runtime is thread-safe); the list hands each pair to one thread at a time.
-unsafe impl Send for Pending {}
-
 static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
 
 fn pending() -> std::sync::MutexGuard<'static, Vec<Pending>> {

@@ -27,10 +27,19 @@
 //! In async code the deadline is fixed at the first poll and checked
 //! around every poll (per thread, like grad mode); the body's failure is
 //! not turned into a `ScopeError` there (operators fail as above).
+//!
+//! A deadline can also be an instant, `deadline(until = t)` /
+//! [`Deadline::until`], so that a request's deadline counts from its
+//! arrival rather than from the scope: operators fail from `t` on, with
+//! "deadline passed 3 ms ago at aten::mm". An instant already past when
+//! the scope is entered is no error at entry: the scope opens, and its
+//! first operator is refused, like any operator after the instant. A
+//! [`Context`](crate::Context) captured inside carries the open deadline
+//! to another thread.
 
 use std::ffi::CStr;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{Scope, ScopeError, ffi};
 
@@ -43,11 +52,21 @@ struct Saved {
     trips: u64,
     effective_at: i64,
     included: bool,
+    instant: bool,
 }
+
+// The C++ side asserts the same (`csrc/deadline.cpp`).
+const _: () = assert!(size_of::<Saved>() == 48 && align_of::<Saved>() == 8);
 
 unsafe extern "C" {
     fn tch_scope_deadline_enter(
         budget_ns: i64,
+        start_ns: *mut i64,
+        saved: *mut Saved,
+    ) -> ffi::Status;
+    fn tch_scope_deadline_enter_until(
+        from_now_ns: i64,
+        at_ns: *mut i64,
         start_ns: *mut i64,
         saved: *mut Saved,
     ) -> ffi::Status;
@@ -56,11 +75,12 @@ unsafe extern "C" {
     fn tch_scope_deadline_trip_message() -> *const std::ffi::c_char;
 }
 
-/// A time budget for the scope: once it has passed, the next libtorch
-/// operator the thread calls fails (see the [module docs](self)).
+/// A time budget or an instant for the scope: once it has passed, the
+/// next libtorch operator the thread calls fails (see the [module
+/// docs](self)).
 ///
-/// The clock starts at the first [`enter`](Scope::enter); entering the
-/// same value again (a future's later polls) keeps that deadline.
+/// A budget's clock starts at the first [`enter`](Scope::enter); entering
+/// the same value again (a future's later polls) keeps that deadline.
 ///
 /// ```
 /// use std::time::Duration;
@@ -76,9 +96,17 @@ unsafe extern "C" {
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Deadline {
-    budget: Duration,
+    limit: Limit,
     /// Steady-clock nanoseconds of the first entry; 0 before it.
     start: i64,
+    /// Steady-clock nanoseconds of an instant, fixed at the first entry.
+    at: i64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Limit {
+    Budget(Duration),
+    Until(Instant),
 }
 
 impl Deadline {
@@ -86,20 +114,68 @@ impl Deadline {
     ///
     /// ```
     /// let d = tch_scope::Deadline::new(std::time::Duration::from_millis(100));
-    /// assert_eq!(d.budget(), std::time::Duration::from_millis(100));
+    /// assert_eq!(d.budget(), Some(std::time::Duration::from_millis(100)));
     /// ```
     pub fn new(budget: Duration) -> Self {
-        Self { budget, start: 0 }
+        Self {
+            limit: Limit::Budget(budget),
+            start: 0,
+            at: 0,
+        }
     }
 
-    /// The time budget.
+    /// A deadline at the instant `t` — say, a request's arrival plus its
+    /// budget, so that time spent in a queue counts. Operators fail from
+    /// `t` on with "deadline passed 3 ms ago at aten::mm"; a `t` already
+    /// past at entry refuses the first operator (entering still succeeds).
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use tch::{Device, Kind, Tensor};
+    /// use tch_scope::Deadline;
+    /// let a = Tensor::ones([4, 4], (Kind::Float, Device::Cpu));
+    /// let arrival = Instant::now();
+    /// let ok = Deadline::until(arrival + Duration::from_secs(60)).run(|| a.mm(&a));
+    /// assert!(ok.is_ok());
+    /// let late = Deadline::until(arrival).run(|| a.mm(&a)).unwrap_err();
+    /// assert!(late.to_string().starts_with("deadline passed "), "{late}");
+    /// assert!(late.to_string().ends_with(" ago at aten::mm"), "{late}");
+    /// ```
+    pub fn until(t: Instant) -> Self {
+        Self {
+            limit: Limit::Until(t),
+            start: 0,
+            at: 0,
+        }
+    }
+
+    /// The time budget of a [`new`](Self::new) deadline; `None` for an
+    /// [`until`](Self::until) one.
     ///
     /// ```
     /// let d = tch_scope::Deadline::new(std::time::Duration::from_secs(1));
-    /// assert_eq!(d.budget().as_secs(), 1);
+    /// assert_eq!(d.budget().map(|b| b.as_secs()), Some(1));
+    /// assert_eq!(tch_scope::Deadline::until(std::time::Instant::now()).budget(), None);
     /// ```
-    pub fn budget(&self) -> Duration {
-        self.budget
+    pub fn budget(&self) -> Option<Duration> {
+        match self.limit {
+            Limit::Budget(b) => Some(b),
+            Limit::Until(_) => None,
+        }
+    }
+
+    /// The instant of an [`until`](Self::until) deadline; `None` for a
+    /// budget.
+    ///
+    /// ```
+    /// let t = std::time::Instant::now();
+    /// assert_eq!(tch_scope::Deadline::until(t).instant(), Some(t));
+    /// ```
+    pub fn instant(&self) -> Option<Instant> {
+        match self.limit {
+            Limit::Until(t) => Some(t),
+            Limit::Budget(_) => None,
+        }
     }
 
     /// Runs `f` inside the deadline, as the `deadline` word does: the
@@ -119,9 +195,21 @@ impl Deadline {
         let guard = self.enter()?;
         guard.run(f)
     }
+}
 
-    fn name(&self) -> String {
-        format!("deadline({:?})", self.budget)
+impl Limit {
+    /// The scope as a user would write it, for its errors.
+    fn name(self) -> String {
+        match self {
+            Limit::Budget(b) => format!("deadline({b:?})"),
+            Limit::Until(t) => {
+                let now = Instant::now();
+                match t.checked_duration_since(now) {
+                    Some(d) => format!("deadline(until = now + {d:?})"),
+                    None => format!("deadline(until = now - {:?})", now - t),
+                }
+            }
+        }
     }
 }
 
@@ -130,7 +218,7 @@ impl Deadline {
 #[derive(Debug)]
 pub struct DeadlineGuard {
     saved: Saved,
-    budget: Duration,
+    limit: Limit,
     _not_send: crate::PhantomNotSend,
 }
 
@@ -142,14 +230,30 @@ impl Scope for Deadline {
     /// Another library took the dispatch key the check needs (see
     /// `csrc/deadline.cpp`).
     fn enter(&mut self) -> Result<DeadlineGuard, ScopeError> {
-        let budget = i64::try_from(self.budget.as_nanos()).unwrap_or(i64::MAX);
         let mut saved = Saved::default();
-        // SAFETY: writable out-params; exceptions caught by the shim.
-        let status = unsafe { tch_scope_deadline_enter(budget, &mut self.start, &mut saved) };
-        ffi::check(status).map_err(|e| ScopeError::new(self.name(), None, e))?;
+        let status = match self.limit {
+            Limit::Budget(budget) => {
+                let budget = i64::try_from(budget.as_nanos()).unwrap_or(i64::MAX);
+                // SAFETY: writable out-params; exceptions caught by the shim.
+                unsafe { tch_scope_deadline_enter(budget, &mut self.start, &mut saved) }
+            }
+            Limit::Until(t) => {
+                let from_now = if self.start == 0 { from_now(t) } else { 0 };
+                // SAFETY: writable out-params; exceptions caught by the shim.
+                unsafe {
+                    tch_scope_deadline_enter_until(
+                        from_now,
+                        &mut self.at,
+                        &mut self.start,
+                        &mut saved,
+                    )
+                }
+            }
+        };
+        ffi::check(status).map_err(|e| ScopeError::new(self.limit.name(), None, e))?;
         Ok(DeadlineGuard {
             saved,
-            budget: self.budget,
+            limit: self.limit,
             _not_send: crate::PhantomNotSend::NEW,
         })
     }
@@ -168,19 +272,9 @@ impl DeadlineGuard {
     /// assert!(g.passed().is_some());
     /// ```
     pub fn passed(&self) -> Option<ScopeError> {
-        let mut trip_at = 0;
-        // SAFETY: a writable out-param.
-        let trips = unsafe { tch_scope_deadline_trips(&mut trip_at) };
-        if trips == self.saved.trips || trip_at != self.saved.effective_at {
-            return None;
-        }
-        // SAFETY: a NUL-terminated thread-local string, copied at once.
-        let msg = unsafe { CStr::from_ptr(tch_scope_deadline_trip_message()) };
-        Some(ScopeError::ended(
-            format!("deadline({:?})", self.budget),
-            None,
-            msg.to_string_lossy(),
-        ))
+        tripped_since(self.saved.trips, self.saved.effective_at, || {
+            self.limit.name()
+        })
     }
 
     /// Runs `f` inside this open deadline: see [`Deadline::run`].
@@ -195,16 +289,66 @@ impl DeadlineGuard {
     /// assert_eq!(g.run(|| "done"), Ok("done"));
     /// ```
     pub fn run<T>(&self, f: impl FnOnce() -> T) -> Result<T, ScopeError> {
-        // Sound to assert: on a caught panic the value is either resumed
-        // or dropped for an error; nothing observes a broken invariant.
-        let r = catch_unwind(AssertUnwindSafe(f));
-        let Some(e) = self.passed() else {
-            return r.map_err(|p| resume_unwind(p));
-        };
-        match r {
-            Err(payload) if !mentions(&*payload, e.reason()) => resume_unwind(payload),
-            _ => Err(e),
-        }
+        run_catching(f, || self.passed())
+    }
+}
+
+/// How many operators this thread has had refused on a deadline so far: a
+/// mark for [`tripped_since`].
+pub(crate) fn trips() -> u64 {
+    let mut trip_at = 0;
+    // SAFETY: a writable out-param.
+    unsafe { tch_scope_deadline_trips(&mut trip_at) }
+}
+
+/// The deadline's error (of `scope`) if, since the thread's trip count was
+/// `mark`, an operator was refused on the deadline at `at` (steady-clock
+/// nanoseconds, the one the scope opened or carried).
+pub(crate) fn tripped_since(
+    mark: u64,
+    at: i64,
+    scope: impl FnOnce() -> String,
+) -> Option<ScopeError> {
+    let mut trip_at = 0;
+    // SAFETY: a writable out-param.
+    let trips = unsafe { tch_scope_deadline_trips(&mut trip_at) };
+    if trips == mark || trip_at != at {
+        return None;
+    }
+    // SAFETY: a NUL-terminated thread-local string, copied at once.
+    let msg = unsafe { CStr::from_ptr(tch_scope_deadline_trip_message()) };
+    Some(ScopeError::ended(scope(), None, msg.to_string_lossy()))
+}
+
+/// Runs `f` under `catch_unwind`, then asks `passed`: its error if the
+/// deadline passed while `f` ran (a panic carrying that message, an `Err`,
+/// or a value made after the failure), else `f`'s value; any other panic
+/// is resumed untouched.
+pub(crate) fn run_catching<T>(
+    f: impl FnOnce() -> T,
+    passed: impl FnOnce() -> Option<ScopeError>,
+) -> Result<T, ScopeError> {
+    // Sound to assert: on a caught panic the value is either resumed
+    // or dropped for an error; nothing observes a broken invariant.
+    let r = catch_unwind(AssertUnwindSafe(f));
+    let Some(e) = passed() else {
+        return r.map_err(|p| resume_unwind(p));
+    };
+    match r {
+        Err(payload) if !mentions(&*payload, e.reason()) => resume_unwind(payload),
+        _ => Err(e),
+    }
+}
+
+/// Signed nanoseconds from now to `t` (negative once it has passed),
+/// saturating: the shim turns it into a steady-clock instant, the clock
+/// `Instant` reads on Linux.
+fn from_now(t: Instant) -> i64 {
+    let now = Instant::now();
+    let sat = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    match t.checked_duration_since(now) {
+        Some(ahead) => sat(ahead),
+        None => -sat(now - t),
     }
 }
 

@@ -178,6 +178,22 @@ impl Scope for OnDevice {
     }
 }
 
+/// Makes `device` the thread's current device and, with `cuda`, cuda:`cuda`
+/// its current CUDA device, as a [`Context`](crate::Context) captured them
+/// on another thread; the guard puts this thread's own back.
+pub(crate) fn enter_captured(
+    device: Device,
+    cuda: Option<usize>,
+) -> Result<DeviceGuard, ScopeError> {
+    let previous_cuda = cuda.map(enter_cuda).transpose()?;
+    let previous = CURRENT.with(|c| c.replace(device));
+    Ok(DeviceGuard {
+        previous,
+        previous_cuda,
+        _not_send: crate::PhantomNotSend::NEW,
+    })
+}
+
 /// Makes cuda:`i` the thread's current CUDA device; returns the previous.
 fn enter_cuda(i: usize) -> Result<i32, ScopeError> {
     let scope = format!("device({i})");

@@ -116,7 +116,6 @@ pub struct TimedGuard {
     /// Dropped only by `finish`, out of line, so that the guard's drop
     /// glue is one test and inlines.
     run: ManuallyDrop<Option<Run>>,
-    _not_send: crate::PhantomNotSend,
 }
 
 #[derive(Debug)]
@@ -125,12 +124,15 @@ struct Run {
     /// A raw clock reading (`crate::clock`).
     start: u64,
     sync: Option<i32>,
-    /// `timed(events)` on CUDA: the device and the event recorded at entry
-    /// (boxed: a small guard is cheaper to move on the common path).
-    events: Option<Box<(usize, Event)>>,
+    /// `timed(events)` on CUDA: the stream the first event was recorded on
+    /// (the end event goes on the same stream, whichever thread finishes
+    /// the run) and that event (boxed: a small guard is cheaper to move on
+    /// the common path).
+    events: Option<Box<(Stream, Event)>>,
     failed: bool,
+    /// Exited while a future holding the guard waits (`Scope::suspend`).
     #[cfg(feature = "tracing")]
-    _span: tracing::span::EnteredSpan,
+    span: crate::tracing_span::TracingSpan,
 }
 
 impl Scope for Timed {
@@ -145,6 +147,26 @@ impl Scope for Timed {
         }
     }
 
+    /// Steps out of its `tracing` span while the future waits.
+    #[inline(always)]
+    fn suspend(guard: &mut Self::Guard) {
+        #[cfg(feature = "tracing")]
+        if let Some(r) = &mut *guard.run {
+            r.span.suspend();
+        }
+        let _ = guard;
+    }
+
+    /// Re-enters its `tracing` span on the polling thread.
+    #[inline(always)]
+    fn resume(guard: &mut Self::Guard) {
+        #[cfg(feature = "tracing")]
+        if let Some(r) = &mut *guard.run {
+            r.span.resume();
+        }
+        let _ = guard;
+    }
+
     /// Never fails: a timer does not stop the work it measures. A CUDA
     /// synchronisation that fails at entry goes to the exit hook and the
     /// run is timed without it.
@@ -152,7 +174,6 @@ impl Scope for Timed {
     fn enter(&mut self) -> Result<TimedGuard, Infallible> {
         Ok(TimedGuard {
             run: ManuallyDrop::new(report::is_enabled().then(|| self.start())),
-            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 }
@@ -171,8 +192,11 @@ impl Timed {
         Run {
             site: self.site,
             #[cfg(feature = "tracing")]
-            _span: tracing::info_span!(target: "tch_scope", "timed", name = self.site.name())
-                .entered(),
+            span: crate::tracing_span::TracingSpan::entered(tracing::info_span!(
+                target: "tch_scope",
+                "timed",
+                name = self.site.name()
+            )),
             start: clock::now(),
             sync,
             events,
@@ -183,7 +207,7 @@ impl Timed {
     /// The device work at entry: a synchronise, or the first event.
     #[cold]
     #[inline(never)]
-    fn start_on_device(&self) -> (Option<i32>, Option<Box<(usize, Event)>>) {
+    fn start_on_device(&self) -> (Option<i32>, Option<Box<(Stream, Event)>>) {
         let sync = self.sync_device().and_then(|i| {
             let synced = cuda::checked_index(i).and_then(|d| cuda::synchronize(d).map(|()| d));
             synced
@@ -236,11 +260,12 @@ impl TimedGuard {
 
 /// An event recorded on `device`'s current stream; `None` (and a wall
 /// clock) where CUDA refuses, said to the exit hook.
-fn start_event(site: &Site, device: usize) -> Option<Box<(usize, Event)>> {
-    let record = || -> Result<Event, crate::ScopeError> {
+fn start_event(site: &Site, device: usize) -> Option<Box<(Stream, Event)>> {
+    let record = || -> Result<(Stream, Event), crate::ScopeError> {
         let mut e = Event::new()?;
-        e.record(&Stream::current(device)?)?;
-        Ok(e)
+        let stream = Stream::current(device)?;
+        e.record(&stream)?;
+        Ok((stream, e))
     };
     record()
         .map_err(|e| {
@@ -250,7 +275,7 @@ fn start_event(site: &Site, device: usize) -> Option<Box<(usize, Event)>> {
             );
         })
         .ok()
-        .map(|e| Box::new((device, e)))
+        .map(Box::new)
 }
 
 impl Drop for TimedGuard {
@@ -275,10 +300,11 @@ impl Run {
         })
     }
 
-    /// Records the end event and queues the pair.
-    fn finish_events(&self, device: usize, start: Event) -> Result<(), crate::ScopeError> {
+    /// Records the end event on the stream of the first, and queues the
+    /// pair.
+    fn finish_events(&self, stream: Stream, start: Event) -> Result<(), crate::ScopeError> {
         let mut end = Event::new()?;
-        end.record(&Stream::current(device)?)?;
+        end.record(&stream)?;
         report::events::push(report::events::Pending {
             site: self.site,
             start,
@@ -291,8 +317,8 @@ impl Run {
     #[inline(never)]
     fn finish(mut self) {
         if let Some(events) = self.events.take() {
-            let (device, start) = *events;
-            match self.finish_events(device, start) {
+            let (stream, start) = *events;
+            match self.finish_events(stream, start) {
                 Ok(()) => return,
                 Err(e) => crate::exit::report(
                     format!("timed({:?}, events)", self.site.name()),

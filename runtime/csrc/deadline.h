@@ -1,0 +1,39 @@
+// C++ only, not part of the C ABI: a thread's open deadline (deadline.cpp),
+// so that context.cpp can carry it to another thread. The dispatch key
+// that makes libtorch check it is in the thread's TLS dispatch-key set,
+// which at::ThreadLocalState carries on its own.
+#pragma once
+#include <cstdint>
+#include <limits>
+
+namespace tch_scope::deadline {
+
+// `at` when no deadline is open.
+constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+
+// The earliest open deadline of a thread: operators fail from `at` on
+// (steady-clock nanoseconds). A budget (`deadline(d)`, `instant` false)
+// was `budget` nanoseconds after `start`; an instant (`deadline(until =
+// t)`) has no budget, and `start` is its scope's first entry.
+struct Open {
+  int64_t at = kNone;
+  int64_t budget = 0;
+  int64_t start = 0;
+  bool instant = false;
+};
+
+// Steady-clock nanoseconds (CLOCK_MONOTONIC, as Rust's Instant on Linux).
+int64_t now_ns() noexcept;
+
+// The calling thread's open deadline.
+Open current() noexcept;
+
+// Registers the dispatcher check, once per process (throws if another
+// library took its dispatch key). Any Open with a deadline was opened
+// after it, so set() of one needs no new call.
+void register_check();
+
+// Makes `open` the calling thread's deadline.
+void set(const Open& open) noexcept;
+
+}  // namespace tch_scope::deadline
