@@ -291,3 +291,21 @@ fn methods_are_named_by_their_type_and_scoped_blocks_by_line_and_column() {
     );
     assert!(here.iter().all(|t| t.count == 1));
 }
+
+#[test]
+fn adapters_give_the_value_for_scopes_that_cannot_fail() {
+    use tch_scope::{NoGrad, OnDevice, ScopeFutureExt, ScopeIterExt};
+    let rt = current_thread();
+    // Infallible scope: `T`, as tracing's `.instrument(span)` gives.
+    let grad: bool = rt.block_on(async { is_grad_enabled() }.in_scope(NoGrad));
+    assert!(!grad);
+    let items: Vec<bool> = (0..2).map(|_| is_grad_enabled()).in_scope(NoGrad).collect();
+    assert_eq!(items, [false, false]);
+    // A scope that can fail: `Result<T, ScopeError>`.
+    let on_cpu: Result<u8, tch_scope::ScopeError> =
+        rt.block_on(async { 7 }.in_scope(OnDevice::new(tch::Device::Cpu)));
+    assert_eq!(on_cpu.unwrap(), 7);
+    let mut it = [1u8].into_iter().in_scope(OnDevice::new(tch::Device::Cpu));
+    assert_eq!(it.next().map(Result::unwrap), Some(1));
+    assert_eq!(state(), fresh());
+}

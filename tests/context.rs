@@ -386,7 +386,7 @@ fn an_iterator_in_a_scope_runs_each_next_inside_it() {
     let mut made = Vec::new();
     for t in steps {
         between.push(tch_scope::is_grad_enabled());
-        made.push(t.unwrap().requires_grad());
+        made.push(t.requires_grad());
     }
     assert_eq!(made, [false, false, false]);
     assert_eq!(between, [true, true, true]);

@@ -370,3 +370,64 @@ fn with_the_tracing_feature_scopes_are_nested_tracing_spans() {
         ]
     );
 }
+
+/// Issue 24: a `timed` span held by a future is entered on each poll and
+/// exited before the poll returns, as `tracing::Instrumented` does: an
+/// event of another task polled on the same thread meanwhile is outside it.
+#[test]
+fn a_suspended_future_leaves_its_tracing_span() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    /// Pending once (and wakes itself), then ready.
+    struct Yield(bool);
+    impl Future for Yield {
+        type Output = ();
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if self.0 {
+                return Poll::Ready(());
+            }
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    #[tch_scope::timed("spans::async")]
+    async fn handler() {
+        tracing::info!("before");
+        Yield(false).await;
+        tracing::info!("after");
+    }
+
+    let recorder = std::sync::Arc::new(spans::Recorder::default());
+    tracing::subscriber::with_default(recorder.clone(), || {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut a = std::pin::pin!(handler());
+        assert!(a.as_mut().poll(&mut cx).is_pending());
+        // Another task's event on this thread while `a` waits.
+        tracing::info!("other");
+        assert!(a.as_mut().poll(&mut cx).is_ready());
+    });
+    let spans = recorder.spans.lock().unwrap().clone();
+    let id = spans
+        .iter()
+        .find(|s| s.2 == "spans::async")
+        .unwrap_or_else(|| panic!("no timed span: {spans:?}"))
+        .0;
+    let log = recorder.log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            format!("enter {id}"),
+            format!("event before in {id}"),
+            format!("exit {id}"),
+            "event other in 0".to_owned(),
+            format!("enter {id}"),
+            format!("event after in {id}"),
+            format!("event timed in {id}"),
+            format!("exit {id}"),
+        ]
+    );
+}

@@ -193,6 +193,16 @@ pub trait EntryError: sealed::Sealed + fmt::Debug + Sized + 'static {
 
     /// `b` as the error of a pair whose first half's error is `Self`.
     fn or_from<B: EntryError>(b: B) -> Self::Or<B>;
+
+    /// What an adapter over a scope with this error yields for a value
+    /// `T` ([`ScopeFutureExt::in_scope`](crate::ScopeFutureExt::in_scope),
+    /// [`ScopeIterExt::in_scope`](crate::ScopeIterExt::in_scope)): `T`
+    /// itself when entering cannot fail, `Result<T, ScopeError>` otherwise
+    /// — so nobody unwraps what cannot fail.
+    type Output<T>;
+
+    /// `r` as [`Self::Output`].
+    fn output<T>(r: Result<T, Self>) -> Self::Output<T>;
 }
 
 impl EntryError for Infallible {
@@ -210,6 +220,16 @@ impl EntryError for Infallible {
     #[inline(always)]
     fn or_from<B: EntryError>(b: B) -> B {
         b
+    }
+
+    type Output<T> = T;
+
+    #[inline(always)]
+    fn output<T>(r: Result<T, Infallible>) -> T {
+        match r {
+            Ok(v) => v,
+            Err(e) => match e {},
+        }
     }
 }
 
@@ -230,6 +250,13 @@ impl EntryError for ScopeError {
     #[inline(always)]
     fn or_from<B: EntryError>(b: B) -> ScopeError {
         b.into_scope_error()
+    }
+
+    type Output<T> = Result<T, ScopeError>;
+
+    #[inline(always)]
+    fn output<T>(r: Result<T, ScopeError>) -> Result<T, ScopeError> {
+        r
     }
 }
 

@@ -26,7 +26,7 @@ pin_project! {
     /// ```
     /// use tch_scope::{NoGrad, ScopeFutureExt, is_grad_enabled};
     /// let fut = async { is_grad_enabled() }.in_scope(NoGrad);
-    /// let grad_inside = futures_lite_block_on(fut).unwrap();
+    /// let grad_inside = futures_lite_block_on(fut); // `NoGrad` cannot fail: a plain `bool`
     /// assert!(!grad_inside);
     /// assert!(is_grad_enabled());
     /// # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -86,19 +86,21 @@ fn inner<F>(f: Pin<&mut ManuallyDrop<F>>) -> Pin<&mut F> {
 }
 
 impl<S: Scope, F: Future> Future for Scoped<S, F> {
-    /// The future's value, or the scope's error if it could not be entered.
-    type Output = Result<F::Output, S::Error>;
+    /// The future's value where the scope cannot fail to enter (like
+    /// tracing's `.instrument(span)`), else `Result<value, ScopeError>`:
+    /// see [`EntryError::Output`].
+    type Output = <S::Error as EntryError>::Output<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let _guard = match this.scope.enter() {
             Ok(g) => g,
-            Err(e) => return Poll::Ready(Err(e)),
+            Err(e) => return Poll::Ready(S::Error::output(Err(e))),
         };
         *this.live = true;
         let out = inner(this.future).poll(cx);
         *this.live = out.is_pending();
-        out.map(Ok)
+        out.map(|v| S::Error::output(Ok(v)))
     }
 }
 
@@ -237,15 +239,15 @@ impl<F: Future> ScopeFutureExt for F {}
 /// (token-by-token decoding, a data loader). Made by
 /// [`ScopeIterExt::in_scope`].
 ///
-/// A scope that cannot be entered ends the iteration with its error:
-/// the item type is `Result<I::Item, S::Error>`.
+/// Items are `I::Item` where the scope cannot fail to enter; otherwise
+/// `Result<I::Item, ScopeError>`, and a scope that cannot be entered ends
+/// the iteration with its error (see [`EntryError::Output`]).
 ///
 /// ```
 /// use tch_scope::{NoGrad, ScopeIterExt, is_grad_enabled};
 /// let seen: Vec<bool> = (0..3)
 ///     .map(|_| is_grad_enabled())
 ///     .in_scope(NoGrad)
-///     .map(Result::unwrap)
 ///     .collect();
 /// assert_eq!(seen, [false, false, false]);
 /// assert!(is_grad_enabled());
@@ -258,14 +260,14 @@ pub struct ScopedIter<S, I> {
 }
 
 impl<S: Scope, I: Iterator> Iterator for ScopedIter<S, I> {
-    type Item = Result<I::Item, S::Error>;
+    type Item = <S::Error as EntryError>::Output<I::Item>;
 
     fn next(&mut self) -> Option<Self::Item> {
         let _guard = match self.scope.enter() {
             Ok(g) => g,
-            Err(e) => return Some(Err(e)),
+            Err(e) => return Some(S::Error::output(Err(e))),
         };
-        self.iter.next().map(Ok)
+        self.iter.next().map(|v| S::Error::output(Ok(v)))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -281,7 +283,7 @@ pub trait ScopeIterExt: Iterator + Sized {
     /// ```
     /// use tch_scope::{InferenceMode, ScopeIterExt};
     /// let mut it = std::iter::repeat_with(tch_scope::is_inference_mode_enabled).in_scope(InferenceMode);
-    /// assert_eq!(it.next().map(Result::unwrap), Some(true));
+    /// assert_eq!(it.next(), Some(true));
     /// assert!(!tch_scope::is_inference_mode_enabled());
     /// ```
     fn in_scope<S: Scope>(self, scope: S) -> ScopedIter<S, Self> {

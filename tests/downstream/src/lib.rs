@@ -79,6 +79,32 @@ async fn inner(yields: u32) -> bool {
     ts::is_grad_enabled() || (&x * 3).requires_grad()
 }
 
+/// An inference handler as a service writes it: inference mode per poll,
+/// timed across its awaits, under a deadline; `Send`, so it can be
+/// `tokio::spawn`ed. Returns whether inference mode was on after each
+/// suspension.
+pub async fn handler(yields: u32) -> bool {
+    scoped_handler(yields).await
+}
+
+#[ts::scope(
+    inference_mode,
+    timed("downstream::handler"),
+    deadline(std::time::Duration::from_secs(30)),
+    crate = "ts"
+)]
+async fn scoped_handler(yields: u32) -> bool {
+    let mut on = true;
+    for _ in 0..yields {
+        tokio::task::yield_now().await;
+        on &= ts::is_inference_mode_enabled();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    tokio::task::yield_now().await;
+    let x = Tensor::ones([2], (Kind::Float, Device::Cpu));
+    on && ts::is_inference_mode_enabled() && (&x * 2).is_inference()
+}
+
 /// Whether grad mode is on: a task's view outside any scope.
 pub async fn grad_outside() -> bool {
     tokio::task::yield_now().await;

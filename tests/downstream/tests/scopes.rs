@@ -165,3 +165,32 @@ fn precision_and_kernel_words_under_the_renamed_crate() {
     assert_eq!(ts::matmul_precision(), "highest");
     assert!(downstream::seeded_draw().equal(&downstream::seeded_draw()));
 }
+
+/// Issue 24: attributed async handlers spawned on a multi-thread runtime,
+/// their report rows read back (durations span the awaits: each handler
+/// sleeps 2 ms between two suspensions).
+#[test]
+fn scoped_async_handlers_spawn_and_report() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .build()
+        .unwrap();
+    let results = rt.block_on(async {
+        let tasks: Vec<_> = (0..32)
+            .map(|i| tokio::spawn(downstream::handler(i % 4)))
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    assert!(
+        results.iter().all(|&on| on),
+        "inference mode off in a handler"
+    );
+    let row = ts::report().timing("downstream::handler").cloned().unwrap();
+    assert_eq!(row.count, 32);
+    assert!(row.min >= std::time::Duration::from_millis(2), "{row:?}");
+    assert!(!ts::is_inference_mode_enabled());
+}
