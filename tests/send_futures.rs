@@ -48,6 +48,15 @@ async_fns! {
     f_grad: [grad(false)];
     f_inference: [inference_mode];
     f_inference_off: [inference_mode(false)];
+    f_seed: [seed(7)];
+    f_fork_rng: [fork_rng];
+    f_matmul: [matmul_precision("high")];
+    f_tf32: [tf32(true)];
+    f_cudnn: [cudnn(benchmark = true)];
+    f_sdpa: [sdpa(math)];
+    f_deterministic: [deterministic];
+    f_anomaly: [detect_anomaly];
+    f_threads: [threads(1)];
     f_list: [no_grad, inference_mode, timed("send::list"), memory_scope, deadline(Duration::from_secs(5))];
 }
 

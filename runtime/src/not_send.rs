@@ -20,8 +20,14 @@ use std::marker::PhantomData;
 /// ```
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub struct PhantomNotSend {
-    _marker: PhantomData<*mut ()>,
+    _marker: PhantomData<*mut PerThreadStateMustBeLeftOnItsThread>,
 }
+
+/// Never made: its name is what rustc prints when a guard of per-thread
+/// state is sent to another thread ("`Send` is not implemented for
+/// `*mut PerThreadStateMustBeLeftOnItsThread`"), the reason in one line.
+#[allow(dead_code, reason = "only named, in PhantomNotSend")]
+pub struct PerThreadStateMustBeLeftOnItsThread;
 
 impl PhantomNotSend {
     /// The marker (it holds nothing).

@@ -71,6 +71,13 @@ impl Profile {
 /// caller on the success path of [`try_scoped!`](crate::try_scoped) (its
 /// `Err`) and of [`scoped!`](crate::scoped) (a panic), and the exit hook
 /// ([`set_exit_hook`](crate::set_exit_hook)) otherwise.
+///
+/// `!Send` ([`PhantomNotSend`](crate::PhantomNotSend)): Kineto profiles the
+/// thread that started it (its callbacks are that thread's), so the
+/// profiler must be stopped there — and in async code a task that moves
+/// between worker threads would profile whichever ran it. An attributed
+/// `async fn` with `profile` is therefore not `Send`: profile a sync
+/// function, or run the future on a current-thread runtime.
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct ProfileGuard {
