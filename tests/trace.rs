@@ -336,6 +336,7 @@ mod spans {
 
 #[test]
 fn with_the_tracing_feature_scopes_are_nested_tracing_spans() {
+    let _s = serial();
     let recorder = std::sync::Arc::new(spans::Recorder::default());
     tracing::subscriber::with_default(recorder.clone(), || {
         scoped!(timed("spans::outer"), record("spans::range") => {
@@ -401,6 +402,8 @@ fn a_suspended_future_leaves_its_tracing_span() {
         tracing::info!("after");
     }
 
+    // Other tests here switch measuring and the trace on and off.
+    let _s = serial();
     let recorder = std::sync::Arc::new(spans::Recorder::default());
     tracing::subscriber::with_default(recorder.clone(), || {
         let mut cx = Context::from_waker(Waker::noop());

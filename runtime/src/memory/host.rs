@@ -216,6 +216,10 @@ impl Scope for HostMemory {
     type Guard = HostMemoryGuard;
     type Error = Infallible;
 
+    /// Reading memory at exit never fails the work (an unreadable
+    /// `/proc/self/status` goes to the exit hook).
+    const EXIT_CAN_FAIL: bool = false;
+
     /// An `Err` the expansion saw is recorded as a failed run.
     #[inline(always)]
     fn exit(guard: &mut Self::Guard, outcome: Outcome) {

@@ -226,6 +226,9 @@ impl Scope for Deadline {
     type Guard = DeadlineGuard;
     type Error = ScopeError;
 
+    /// Leaving restores two thread-local words and reports nothing.
+    const EXIT_CAN_FAIL: bool = false;
+
     /// # Errors
     /// Another library took the dispatch key the check needs (see
     /// `csrc/deadline.cpp`).

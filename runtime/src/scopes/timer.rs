@@ -139,6 +139,11 @@ impl Scope for Timed {
     type Guard = TimedGuard;
     type Error = Infallible;
 
+    /// A timer's exit never fails the work: a CUDA call that fails while
+    /// leaving goes to the exit hook and the run is timed by the wall clock
+    /// (so the success path need not look for exit errors).
+    const EXIT_CAN_FAIL: bool = false;
+
     /// An `Err` the expansion saw is recorded as a failed run.
     #[inline(always)]
     fn exit(guard: &mut Self::Guard, outcome: Outcome) {
