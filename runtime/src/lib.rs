@@ -165,7 +165,6 @@ mod scopes;
 mod stack;
 mod thread_state;
 pub mod trace;
-#[cfg(feature = "tracing")]
 mod tracing_span;
 
 #[cfg(feature = "distributed")]

@@ -11,6 +11,7 @@ use super::{finish, trace_start};
 use crate::cuda;
 use crate::report::{MemoryReport, Outcome};
 use crate::trace::Kind;
+use crate::tracing_span::{GuardSpan, guard_span};
 use crate::{Scope, ScopeError};
 
 /// One tracker per CUDA device (peaks are per device).
@@ -93,8 +94,8 @@ pub struct GpuMemoryGuard {
     /// The clock at entry, while the trace records.
     start: Option<u64>,
     failed: bool,
-    #[cfg(feature = "tracing")]
-    span: Option<crate::tracing_span::TracingSpan>,
+    /// Last field: exited after the report is published inside it.
+    span: GuardSpan,
 }
 
 impl std::fmt::Debug for GpuMemoryGuard {
@@ -120,21 +121,13 @@ impl Scope for GpuMemory {
     /// Steps out of its `tracing` span while the future waits.
     #[inline(always)]
     fn suspend(guard: &mut Self::Guard) {
-        #[cfg(feature = "tracing")]
-        if let Some(s) = &mut guard.span {
-            s.suspend();
-        }
-        let _ = guard;
+        guard.span.suspend();
     }
 
     /// Re-enters its `tracing` span on the polling thread.
     #[inline(always)]
     fn resume(guard: &mut Self::Guard) {
-        #[cfg(feature = "tracing")]
-        if let Some(s) = &mut guard.span {
-            s.resume();
-        }
-        let _ = guard;
+        guard.span.resume();
     }
 
     fn enter(&mut self) -> Result<GpuMemoryGuard, ScopeError> {
@@ -148,8 +141,7 @@ impl Scope for GpuMemory {
                 ticket: None,
                 start: None,
                 failed: false,
-                #[cfg(feature = "tracing")]
-                span: None,
+                span: GuardSpan::NONE,
             });
         }
         let start = trace_start();
@@ -163,15 +155,12 @@ impl Scope for GpuMemory {
             ticket: Some(ticket),
             start,
             failed: false,
-            #[cfg(feature = "tracing")]
-            span: Some(crate::tracing_span::TracingSpan::entered(
-                tracing::info_span!(
-                    target: "tch_scope",
-                    "gpu_memory_scope",
-                    name = self.name,
-                    device = index
-                ),
-            )),
+            span: guard_span!(
+                target: "tch_scope",
+                "gpu_memory_scope",
+                name = self.name,
+                device = index
+            ),
         })
     }
 }

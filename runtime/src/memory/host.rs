@@ -22,6 +22,7 @@ use super::{finish, trace_start};
 use crate::Scope;
 use crate::report::{MemoryReport, Outcome, lock};
 use crate::trace::Kind;
+use crate::tracing_span::{GuardSpan, guard_span};
 
 static TRACKER: Tracker = Tracker::new();
 
@@ -200,8 +201,8 @@ pub struct HostMemoryGuard {
     /// The clock at entry, while the trace records.
     start: Option<u64>,
     failed: bool,
-    #[cfg(feature = "tracing")]
-    span: Option<crate::tracing_span::TracingSpan>,
+    /// Last field: exited after the report is published inside it.
+    span: GuardSpan,
 }
 
 impl std::fmt::Debug for HostMemoryGuard {
@@ -231,21 +232,13 @@ impl Scope for HostMemory {
     /// Steps out of its `tracing` span while the future waits.
     #[inline(always)]
     fn suspend(guard: &mut Self::Guard) {
-        #[cfg(feature = "tracing")]
-        if let Some(s) = &mut guard.span {
-            s.suspend();
-        }
-        let _ = guard;
+        guard.span.suspend();
     }
 
     /// Re-enters its `tracing` span on the polling thread.
     #[inline(always)]
     fn resume(guard: &mut Self::Guard) {
-        #[cfg(feature = "tracing")]
-        if let Some(s) = &mut guard.span {
-            s.resume();
-        }
-        let _ = guard;
+        guard.span.resume();
     }
 
     /// Never fails: where `/proc/self/status` can't be read, the exit hook
@@ -257,8 +250,7 @@ impl Scope for HostMemory {
                 ticket: None,
                 start: None,
                 failed: false,
-                #[cfg(feature = "tracing")]
-                span: None,
+                span: GuardSpan::NONE,
             });
         }
         let start = trace_start();
@@ -271,10 +263,7 @@ impl Scope for HostMemory {
             ticket,
             start,
             failed: false,
-            #[cfg(feature = "tracing")]
-            span: Some(crate::tracing_span::TracingSpan::entered(
-                tracing::info_span!(target: "tch_scope", "memory_scope", name = self.name),
-            )),
+            span: guard_span!(target: "tch_scope", "memory_scope", name = self.name),
         })
     }
 }

@@ -39,46 +39,36 @@ fn other(key: usize, module: &str, method: &str, ty: &'static str) -> &'static s
         .or_insert_with(|| Box::leak(method_name(module, method, ty).into_boxed_str()))
 }
 
+/// A value per use made from the method's name at its first run: the
+/// name itself (memory scopes) or the `timed` site.
+pub struct MethodCache<T: 'static>(OnceLock<First<T>>);
+
 /// The name of a memory scope on a method.
-pub struct MethodName(OnceLock<First<&'static str>>);
-
-impl MethodName {
-    pub const fn new() -> Self {
-        MethodName(OnceLock::new())
-    }
-
-    #[inline]
-    pub fn get(
-        &'static self,
-        module: &'static str,
-        method: &'static str,
-        ty: fn() -> &'static str,
-    ) -> &'static str {
-        let ty = ty();
-        let first = self.0.get_or_init(|| First {
-            ty,
-            value: Box::leak(method_name(module, method, ty).into_boxed_str()),
-        });
-        if first.ty == ty {
-            first.value
-        } else {
-            other(std::ptr::from_ref(self) as usize, module, method, ty)
-        }
-    }
-}
-
-impl Default for MethodName {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+pub type MethodName = MethodCache<&'static str>;
 
 /// The `timed` site of a method.
-pub struct MethodSite(OnceLock<First<&'static Site>>);
+pub type MethodSite = MethodCache<&'static Site>;
 
-impl MethodSite {
+/// What a [`MethodCache`] holds, made from the name.
+pub trait FromMethodName: Copy + 'static {
+    fn from_name(name: &'static str) -> Self;
+}
+
+impl FromMethodName for &'static str {
+    fn from_name(name: &'static str) -> Self {
+        name
+    }
+}
+
+impl FromMethodName for &'static Site {
+    fn from_name(name: &'static str) -> Self {
+        Site::named(name)
+    }
+}
+
+impl<T: FromMethodName> MethodCache<T> {
     pub const fn new() -> Self {
-        MethodSite(OnceLock::new())
+        MethodCache(OnceLock::new())
     }
 
     #[inline]
@@ -87,21 +77,21 @@ impl MethodSite {
         module: &'static str,
         method: &'static str,
         ty: fn() -> &'static str,
-    ) -> &'static Site {
+    ) -> T {
         let ty = ty();
         let first = self.0.get_or_init(|| First {
             ty,
-            value: Site::named(Box::leak(method_name(module, method, ty).into_boxed_str())),
+            value: T::from_name(Box::leak(method_name(module, method, ty).into_boxed_str())),
         });
         if first.ty == ty {
             first.value
         } else {
-            Site::named(other(std::ptr::from_ref(self) as usize, module, method, ty))
+            T::from_name(other(std::ptr::from_ref(self) as usize, module, method, ty))
         }
     }
 }
 
-impl Default for MethodSite {
+impl<T: FromMethodName> Default for MethodCache<T> {
     fn default() -> Self {
         Self::new()
     }

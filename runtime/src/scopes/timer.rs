@@ -131,8 +131,7 @@ struct Run {
     events: Option<Box<(Stream, Event)>>,
     failed: bool,
     /// Exited while a future holding the guard waits (`Scope::suspend`).
-    #[cfg(feature = "tracing")]
-    span: crate::tracing_span::TracingSpan,
+    span: crate::tracing_span::GuardSpan,
 }
 
 impl Scope for Timed {
@@ -155,21 +154,17 @@ impl Scope for Timed {
     /// Steps out of its `tracing` span while the future waits.
     #[inline(always)]
     fn suspend(guard: &mut Self::Guard) {
-        #[cfg(feature = "tracing")]
         if let Some(r) = &mut *guard.run {
             r.span.suspend();
         }
-        let _ = guard;
     }
 
     /// Re-enters its `tracing` span on the polling thread.
     #[inline(always)]
     fn resume(guard: &mut Self::Guard) {
-        #[cfg(feature = "tracing")]
         if let Some(r) = &mut *guard.run {
             r.span.resume();
         }
-        let _ = guard;
     }
 
     /// Never fails: a timer does not stop the work it measures. A CUDA
@@ -196,12 +191,11 @@ impl Timed {
         };
         Run {
             site: self.site,
-            #[cfg(feature = "tracing")]
-            span: crate::tracing_span::TracingSpan::entered(tracing::info_span!(
+            span: crate::tracing_span::guard_span!(
                 target: "tch_scope",
                 "timed",
                 name = self.site.name()
-            )),
+            ),
             start: clock::now(),
             sync,
             events,
