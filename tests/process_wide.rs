@@ -668,3 +668,235 @@ fn a_user_scope_whose_exit_fails_makes_try_scoped_an_err() {
     }
     assert!(tch_scope::is_grad_enabled());
 }
+
+// ---- exit failures of attributed functions returning `Result` ------------------
+
+/// A user scope whose exit fails when told to.
+struct Upload(&'static std::sync::atomic::AtomicBool);
+
+impl Scope for Upload {
+    type Guard = bool;
+    type Error = std::convert::Infallible;
+    fn enter(&mut self) -> Result<bool, std::convert::Infallible> {
+        Ok(self.0.load(std::sync::atomic::Ordering::SeqCst))
+    }
+    fn exit(fail: &mut bool, _: tch_scope::Outcome) {
+        if *fail {
+            tch_scope::ExitError::new("upload", "the server said no").report();
+        }
+    }
+}
+
+/// `Drop`-side failure, as in async code (where `Scope::exit` isn't called).
+struct DropUpload(&'static std::sync::atomic::AtomicBool);
+struct DropUploadGuard(bool);
+impl Drop for DropUploadGuard {
+    fn drop(&mut self) {
+        if self.0 {
+            tch_scope::ExitError::new("upload", "the server said no").report();
+        }
+    }
+}
+impl Scope for DropUpload {
+    type Guard = DropUploadGuard;
+    type Error = std::convert::Infallible;
+    fn enter(&mut self) -> Result<DropUploadGuard, std::convert::Infallible> {
+        Ok(DropUploadGuard(
+            self.0.load(std::sync::atomic::Ordering::SeqCst),
+        ))
+    }
+}
+
+static FAIL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[tch_scope::scope(timed("exits::upload"), with(Upload(&FAIL)), no_grad)]
+fn upload(x: i32) -> Result<i32, tch_scope::ScopeError> {
+    if x < 0 {
+        // An early `return` passes the exits too.
+        return Ok(-x);
+    }
+    let v: i32 = "7"
+        .parse()
+        .map_err(|_| tch_scope::ScopeError::new("parse", None, "not a number"))?;
+    Ok(x + v)
+}
+
+#[tch_scope::with(Upload(&FAIL))]
+fn upload_err() -> Result<i32, tch_scope::ScopeError> {
+    Err(tch_scope::ScopeError::new(
+        "body",
+        None,
+        "the body's own error",
+    ))
+}
+
+// `with` is entered around each poll: one poll each, so that its one exit
+// is the one at completion.
+#[tch_scope::scope(no_grad, with(DropUpload(&FAIL)))]
+async fn upload_async(x: i32) -> Result<i32, tch_scope::ScopeError> {
+    Ok(x + 1)
+}
+
+#[tch_scope::with(DropUpload(&FAIL))]
+async fn upload_async_err() -> Result<i32, tch_scope::ScopeError> {
+    Err(tch_scope::ScopeError::new(
+        "body",
+        None,
+        "the body's own error",
+    ))
+}
+
+fn with_failing_exits<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    SEEN.lock().unwrap().clear();
+    tch_scope::set_exit_hook(|e| SEEN.lock().unwrap().push(e.to_string()));
+    FAIL.store(true, std::sync::atomic::Ordering::SeqCst);
+    let r = catch_unwind(std::panic::AssertUnwindSafe(f));
+    FAIL.store(false, std::sync::atomic::Ordering::SeqCst);
+    tch_scope::reset_exit_hook();
+    let seen = SEEN.lock().unwrap().clone();
+    (r.unwrap(), seen)
+}
+
+#[test]
+fn attributed_result_functions_return_a_failed_exit_as_their_err() {
+    let _s = serial();
+    let before = tch_scope::report()
+        .timing("exits::upload")
+        .map_or(0, |t| t.failed);
+    assert_eq!(upload(1), Ok(8), "exits that don't fail change nothing");
+    let (r, heard) = with_failing_exits(|| (upload(1), upload(-3)));
+    for r in [r.0, r.1] {
+        let e = r.unwrap_err();
+        assert!(e.is_ended(), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "could not leave `upload` cleanly: the server said no"
+        );
+    }
+    assert!(
+        heard.is_empty(),
+        "the caller got it, not the hook: {heard:?}"
+    );
+    assert!(tch_scope::is_grad_enabled(), "no_grad left all the same");
+    // The scopes outside the failed exit (timed) saw the run fail.
+    let failed = tch_scope::report().timing("exits::upload").unwrap().failed;
+    assert_eq!(failed, before + 2);
+    // The body's own `Err` wins; the hook hears the exit's.
+    let (r, heard) = with_failing_exits(upload_err);
+    assert_eq!(
+        r.unwrap_err().to_string(),
+        "cannot enter `body`: the body's own error"
+    );
+    assert_eq!(
+        heard,
+        ["could not leave `upload` cleanly: the server said no"]
+    );
+}
+
+#[test]
+fn async_result_functions_return_a_failed_exit_as_their_err() {
+    let _s = serial();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    assert_eq!(rt.block_on(rt.spawn(upload_async(1))).unwrap(), Ok(2));
+    let ((r, r_err), heard) = with_failing_exits(|| {
+        rt.block_on(async {
+            (
+                tokio::spawn(upload_async(1)).await.unwrap(),
+                tokio::spawn(upload_async_err()).await.unwrap(),
+            )
+        })
+    });
+    let e = r.unwrap_err();
+    assert!(e.is_ended(), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "could not leave `upload` cleanly: the server said no"
+    );
+    assert_eq!(
+        r_err.unwrap_err().to_string(),
+        "cannot enter `body`: the body's own error"
+    );
+    assert_eq!(
+        heard,
+        ["could not leave `upload` cleanly: the server said no"],
+        "only the failed body's exit error went to the hook"
+    );
+}
+
+/// `checkpoint` spans the whole future: saved once, at completion, after
+/// the folder went away across an await.
+#[tch_scope::checkpoint(vs, path)]
+async fn save_after_async(
+    vs: VarStore,
+    path: std::path::PathBuf,
+    dir: std::path::PathBuf,
+) -> Result<i32, tch_scope::ScopeError> {
+    tokio::task::yield_now().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+    tokio::task::yield_now().await;
+    Ok(1)
+}
+
+#[test]
+fn an_async_checkpoint_whose_folder_disappears_returns_err() {
+    let _s = serial();
+    // A checkpoint's guard is not `Send` (its metric log is per thread).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let before = tch_scope::exit_errors_reported();
+    let dir = scratch("vanish-async");
+    let path = dir.join("model.ot");
+    let e = rt
+        .block_on(save_after_async(small_vs(), path.clone(), dir))
+        .unwrap_err();
+    assert!(
+        e.to_string().starts_with(&format!(
+            "could not leave `checkpoint` cleanly: could not save the checkpoint {}: ",
+            path.display()
+        )),
+        "{e}"
+    );
+    assert_eq!(
+        tch_scope::exit_errors_reported(),
+        before,
+        "the hook heard nothing"
+    );
+}
+
+#[tch_scope::checkpoint(vs, path)]
+fn save_after(
+    vs: &VarStore,
+    path: &std::path::Path,
+    dir: &std::path::Path,
+) -> Result<i32, tch_scope::ScopeError> {
+    let _ = (vs, path);
+    std::fs::remove_dir_all(dir).unwrap();
+    Ok(1)
+}
+
+#[test]
+fn an_attributed_checkpoint_whose_folder_disappears_returns_err() {
+    let _s = serial();
+    let before = tch_scope::exit_errors_reported();
+    let vs = small_vs();
+    let dir = scratch("vanish-attr");
+    let path = dir.join("model.ot");
+    let e = save_after(&vs, &path, &dir).unwrap_err();
+    assert!(
+        e.to_string().starts_with(&format!(
+            "could not leave `checkpoint` cleanly: could not save the checkpoint {}: ",
+            path.display()
+        )),
+        "{e}"
+    );
+    assert_eq!(
+        tch_scope::exit_errors_reported(),
+        before,
+        "the hook heard nothing"
+    );
+}

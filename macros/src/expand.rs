@@ -310,7 +310,7 @@ pub(crate) fn fn_body(
                 Ret {
                     result: Some(ty), ..
                 },
-            ) if scopes.iter().any(|s| s.word.measures) => sync_seen(cx, scopes, &ret, ty, &block),
+            ) => sync_seen(cx, scopes, &ret, ty, &block),
             _ => sync_flat(cx, scopes, &ret, &block),
         }
     };
@@ -407,6 +407,30 @@ fn guard_lets(
         .collect()
 }
 
+/// A function returning `Result` leaves its scopes after the body through
+/// `finish_after`, innermost first: after an `Ok`, an exit that fails (a
+/// checkpoint that can't be saved) marks the scopes outside it `Failed`
+/// and leaves through [`Ret::on_err`] with its error.
+fn finishes(cx: &Cx, scopes: &[Scope], ret: &Ret) -> TokenStream {
+    if ret.result.is_none() {
+        return TokenStream::new();
+    }
+    let (private, err) = (cx.private(Span::call_site()), local("__tch_scope_err"));
+    let exit = local("__tch_scope_exit");
+    let on_err = ret.on_err(cx);
+    let each = (0..scopes.len()).rev().map(|i| {
+        let g = guard(i);
+        quote!(let #exit = #private::finish_after(#g, #exit);)
+    });
+    quote! {
+        let #exit = ::core::result::Result::Ok(());
+        #(#each)*
+        if let ::core::result::Result::Err(#err) = #exit {
+            #on_err
+        }
+    }
+}
+
 /// Flat guards, then the body as it was: any way out of a function's body
 /// but a panic is its return, and an exit no one marked hears `Completed`.
 fn sync_flat(cx: &Cx, scopes: &[Scope], ret: &Ret, block: &Group) -> TokenStream {
@@ -414,8 +438,10 @@ fn sync_flat(cx: &Cx, scopes: &[Scope], ret: &Ret, block: &Group) -> TokenStream
     quote!(#(#lets)* #block)
 }
 
-/// The body as a closure of the declared `Result` type `ty`, so the
-/// measuring words see an `Err` as `Failed`.
+/// The body as a closure of the declared `Result` type `ty`, so that every
+/// way out of it (`return`, `?`, the tail) passes the scopes' exits: the
+/// measuring words see an `Err` as `Failed`, and after an `Ok` an exit
+/// that fails becomes the function's `Err` ([`finishes`]).
 fn sync_seen(cx: &Cx, scopes: &[Scope], ret: &Ret, ty: &TokenStream, block: &Group) -> TokenStream {
     let lets = guard_lets(cx, scopes, ret, |_| true);
     let private = cx.private(Span::call_site());
@@ -424,11 +450,12 @@ fn sync_seen(cx: &Cx, scopes: &[Scope], ret: &Ret, ty: &TokenStream, block: &Gro
     let (inner_attrs, block) = split_inner_attrs(block);
     let value = local("__tch_scope_value");
     let marks = saw((0..scopes.len()).map(guard), &seen(cx, &value));
+    let finishes = finishes(cx, scopes, ret);
     quote! {
         #inner_attrs
         #(#lets)*
         match #private::call(move || -> #ty #block) {
-            #value => { #marks #value }
+            #value => { #marks #finishes #value }
         }
     }
 }
@@ -452,6 +479,7 @@ fn sync_catching(
     let failed = saw(guards(), &outcome(cx, "Failed"));
     let marks = saw(guards(), &seen(cx, &value));
     let on_err = ret.on_err(cx);
+    let finishes = finishes(cx, scopes, ret);
     quote! {
         #inner_attrs
         #(#lets)*
@@ -459,7 +487,7 @@ fn sync_catching(
             ::core::result::Result::Ok(#value) => #value,
             ::core::result::Result::Err(#err) => { #failed #on_err }
         } {
-            #value => { #marks #value }
+            #value => { #marks #finishes #value }
         }
     }
 }
@@ -501,10 +529,26 @@ fn awaited(cx: &Cx, ret: &Ret, future: &TokenStream) -> TokenStream {
         local("__tch_scope_err"),
     );
     let on_err = ret.on_err(cx);
+    if ret.result.is_none() {
+        return quote! {
+            let #fut = #future;
+            match #fut.await {
+                ::core::result::Result::Ok(#value) => #value,
+                ::core::result::Result::Err(#err) => #on_err,
+            }
+        };
+    }
+    // A `Result`: the future hands over an exit error on completion, taken
+    // here at once (same thread, same poll); after an `Ok` it is the `Err`.
+    let private = cx.private(Span::call_site());
+    let outcome = seen(cx, &value);
     quote! {
-        let #fut = #future;
+        let #fut = #future.exit_errors_to_caller();
         match #fut.await {
-            ::core::result::Result::Ok(#value) => #value,
+            ::core::result::Result::Ok(#value) => match #private::exit_error_after(#outcome) {
+                ::core::option::Option::None => #value,
+                ::core::option::Option::Some(#err) => #on_err,
+            },
             ::core::result::Result::Err(#err) => #on_err,
         }
     }

@@ -22,10 +22,6 @@ pub(crate) struct Word {
     pub(crate) repeat: bool,
     /// What it does in async code.
     pub(crate) awaits: Awaits,
-    /// Whether its scope looks at how the body ended (`Scope::exit`: an
-    /// `Err` of an attributed `Result` function is `Failed`, which needs
-    /// the body run as a closure to be seen).
-    pub(crate) measures: bool,
     /// Whether it ends the scope with an error of its own (`deadline`):
     /// the body runs as a closure under `catch_unwind`, so `return`,
     /// `break` and `continue` out of a `scoped!` body are compile errors.

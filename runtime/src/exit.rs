@@ -116,6 +116,25 @@ thread_local! {
     /// `FIRST`), `CAUGHT` once one has.
     static STATE: Cell<u8> = const { Cell::new(IDLE) };
     static FIRST: RefCell<Option<ExitError>> = const { RefCell::new(None) };
+    /// An exit error a completed [`Spanned`](crate::Spanned) future hands
+    /// to the code that awaited it (which runs next, on this thread, in the
+    /// same poll).
+    static HANDED: RefCell<Option<ExitError>> = const { RefCell::new(None) };
+}
+
+/// Keeps `e` for [`take_handed`]; one left there untaken goes to the hook.
+pub(crate) fn hand_over(e: ExitError) {
+    if let Some(stale) = HANDED.with_borrow_mut(|slot| slot.replace(e)) {
+        to_hook(&stale);
+    }
+}
+
+/// The exit error handed over on this thread, if any.
+pub(crate) fn take_handed() -> Option<ExitError> {
+    HANDED
+        .try_with(|slot| slot.borrow_mut().take())
+        .ok()
+        .flatten()
 }
 
 /// Runs `leave` (a guard's exit and drop) catching the exit errors it
@@ -210,7 +229,7 @@ fn report_error(error: ExitError) {
     to_hook(&error);
 }
 
-fn to_hook(error: &ExitError) {
+pub(crate) fn to_hook(error: &ExitError) {
     REPORTED.fetch_add(1, Ordering::Relaxed);
     let hook = HOOK.read().unwrap_or_else(PoisonError::into_inner).clone();
     match hook {

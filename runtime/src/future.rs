@@ -141,6 +141,7 @@ pin_project! {
         guard: Option<S::Guard>,
         started: bool,
         live: bool,
+        hand_exit: bool,
     }
 
     impl<P: Scope, S: Scope, F> PinnedDrop for Spanned<P, S, F> {
@@ -171,7 +172,21 @@ impl<P: Scope, S: Scope, F> Spanned<P, S, F> {
             guard: None,
             started: false,
             live: false,
+            hand_exit: false,
         }
+    }
+
+    /// On completion, the scopes are left catching their exit errors (a
+    /// checkpoint that can't be saved): the first is handed to the code
+    /// that awaited this future, on the same thread, which takes it at once
+    /// (the macros' expansion of a function returning `Result` does, and
+    /// makes it the function's `Err`). Without it, exit errors go to the
+    /// exit hook ([`set_exit_hook`](crate::set_exit_hook)).
+    #[doc(hidden)]
+    #[must_use = "futures do nothing unless polled"]
+    pub fn exit_errors_to_caller(mut self) -> Self {
+        self.hand_exit = true;
+        self
     }
 }
 
@@ -198,16 +213,29 @@ impl<P: Scope, S: Scope, F: Future> Future for Spanned<P, S, F> {
         }
         *this.live = true;
         let out = inner(this.future).poll(cx);
-        if out.is_ready() {
-            *this.live = false;
-            // Leave the span before the per-poll scopes, as entered.
-            *this.guard = None;
-        } else if let Some(g) = this.guard.as_mut() {
-            // Nothing of the span stays entered on this thread while the
-            // future waits (tracing's rule for `Instrumented`).
-            S::suspend(g);
+        if out.is_pending() {
+            if let Some(g) = this.guard.as_mut() {
+                // Nothing of the span stays entered on this thread while
+                // the future waits (tracing's rule for `Instrumented`).
+                S::suspend(g);
+            }
+            drop(outer);
+            return Poll::Pending;
         }
-        drop(outer);
+        *this.live = false;
+        // Leave the span before the per-poll scopes, as entered.
+        let span = this.guard.take();
+        if *this.hand_exit && (S::EXIT_CAN_FAIL || P::EXIT_CAN_FAIL) {
+            if let Err(e) = crate::exit::catching(move || {
+                drop(span);
+                drop(outer);
+            }) {
+                crate::exit::hand_over(e);
+            }
+        } else {
+            drop(span);
+            drop(outer);
+        }
         out.map(Ok)
     }
 }

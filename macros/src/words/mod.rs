@@ -1,6 +1,6 @@
 //! The scope words: one row each. A row holds everything about its word —
 //! how to check and build it, what it contradicts, how it awaits, whether
-//! it measures or can fail, the feature it needs — so adding a word is its
+//! it can fail, the feature it needs — so adding a word is its
 //! row here, its attribute in `lib.rs`, its guard in the runtime, its tests
 //! and its README row (a test checks that none is left behind).
 
@@ -31,7 +31,6 @@ const BASE: Word = Word {
     conflict: Conflict::None,
     repeat: false,
     awaits: Awaits::PerPoll,
-    measures: false,
     catches: false,
     fails: false,
     feature: None,
@@ -142,7 +141,6 @@ pub(crate) const WORDS: &[Word] = &[
         params: &[Param::positional("scope", 0)],
         check: borrowed::with,
         repeat: true,
-        measures: true,
         fails: true,
         examples: &["with(s)"],
         ..BASE
@@ -154,7 +152,6 @@ pub(crate) const WORDS: &[Word] = &[
         params: &[NAME, Param::flag("sync"), Param::flag("events")],
         check: measure::timed,
         awaits: Awaits::Span,
-        measures: true,
         examples: &[
             "timed",
             "timed(\"fwd\")",
@@ -172,7 +169,6 @@ pub(crate) const WORDS: &[Word] = &[
         params: &[NAME],
         check: measure::memory_scope,
         awaits: Awaits::Span,
-        measures: true,
         examples: &["memory_scope", "memory_scope(\"m\")"],
         ..BASE
     },
@@ -195,7 +191,6 @@ pub(crate) const WORDS: &[Word] = &[
         ],
         check: measure::gpu_memory_scope,
         awaits: Awaits::Span,
-        measures: true,
         fails: true,
         examples: &[
             "gpu_memory_scope(device = 0)",
@@ -426,7 +421,6 @@ pub(crate) const WORDS: &[Word] = &[
             },
         ],
         check: deadline::check,
-        measures: true,
         catches: true,
         fails: true,
         examples: &[

@@ -24,7 +24,7 @@ fn evaluate(model: &Model) -> anyhow::Result<f64> {
             };
         }
     };
-    let __tch_scope_guard1 = match ::tch_scope::__private::enter(
+    let mut __tch_scope_guard1 = match ::tch_scope::__private::enter(
         ::tch_scope::__private::no_grad(),
     ) {
         ::core::result::Result::Ok(__tch_scope_entered) => __tch_scope_entered,
@@ -43,8 +43,39 @@ fn evaluate(model: &Model) -> anyhow::Result<f64> {
             };
         }
     };
-    {
+    match ::tch_scope::__private::call(move || -> anyhow::Result<f64> {
         let loss = model.loss()?;
         Ok(loss.double_value(&[]))
+    }) {
+        __tch_scope_value => {
+            let __tch_scope_outcome = {
+                use ::tch_scope::__private::{SeenAny as _, SeenResult as _};
+                (&::tch_scope::__private::Seen(&__tch_scope_value)).outcome()
+            };
+            __tch_scope_guard1.saw(__tch_scope_outcome);
+            __tch_scope_guard0.saw(__tch_scope_outcome);
+            let __tch_scope_exit = ::core::result::Result::Ok(());
+            let __tch_scope_exit = ::tch_scope::__private::finish_after(
+                __tch_scope_guard1,
+                __tch_scope_exit,
+            );
+            let __tch_scope_exit = ::tch_scope::__private::finish_after(
+                __tch_scope_guard0,
+                __tch_scope_exit,
+            );
+            if let ::core::result::Result::Err(__tch_scope_err) = __tch_scope_exit {
+                return {
+                    use ::tch_scope::__private::{
+                        LeaveInfallible as _, LeavePanicking as _, LeaveWithErr as _,
+                    };
+                    (&&&::tch_scope::__private::Leave::<
+                        anyhow::Result<f64>,
+                        _,
+                    >::of(&__tch_scope_err))
+                        .leave(__tch_scope_err)
+                };
+            }
+            __tch_scope_value
+        }
     }
 }

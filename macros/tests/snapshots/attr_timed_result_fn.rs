@@ -62,6 +62,27 @@ fn step(batch: &Batch) -> io::Result<f64> {
             };
             __tch_scope_guard1.saw(__tch_scope_outcome);
             __tch_scope_guard0.saw(__tch_scope_outcome);
+            let __tch_scope_exit = ::core::result::Result::Ok(());
+            let __tch_scope_exit = ::tch_scope::__private::finish_after(
+                __tch_scope_guard1,
+                __tch_scope_exit,
+            );
+            let __tch_scope_exit = ::tch_scope::__private::finish_after(
+                __tch_scope_guard0,
+                __tch_scope_exit,
+            );
+            if let ::core::result::Result::Err(__tch_scope_err) = __tch_scope_exit {
+                return {
+                    use ::tch_scope::__private::{
+                        LeaveInfallible as _, LeavePanicking as _, LeaveWithErr as _,
+                    };
+                    (&&&::tch_scope::__private::Leave::<
+                        io::Result<f64>,
+                        _,
+                    >::of(&__tch_scope_err))
+                        .leave(__tch_scope_err)
+                };
+            }
             __tch_scope_value
         }
     }

@@ -156,6 +156,45 @@ impl<S: Scope> Exit<S> {
     }
 }
 
+/// A scoped function returning `Result`: leaves `guard` after the body's
+/// value (whose outcome its [`Exit::saw`] holds) and the inner scopes'
+/// exits (`inner`). After a completed body and clean inner exits it leaves
+/// through [`Exit::finish`], so its exit error comes back; otherwise it
+/// just drops (hearing `Failed` if an inner exit failed), and the hook
+/// hears any exit error of its own: the first error wins.
+///
+/// # Errors
+/// `inner`'s error, or the first exit error reported while leaving.
+#[inline]
+pub fn finish_after<S: Scope>(
+    mut guard: Exit<S>,
+    inner: Result<(), ScopeError>,
+) -> Result<(), ScopeError> {
+    if inner.is_err() {
+        guard.saw(Outcome::Failed);
+    } else if guard.seen == Outcome::Completed {
+        return guard.finish();
+    }
+    drop(guard);
+    inner
+}
+
+/// After a [`Spanned`] future made with
+/// [`exit_errors_to_caller`](Spanned::exit_errors_to_caller) completes with
+/// `outcome`: the exit error it handed over on this thread, if the body
+/// completed; after a failed body the hook hears it (the body's `Err`
+/// wins).
+#[inline]
+pub fn exit_error_after(outcome: Outcome) -> Option<ScopeError> {
+    let e = crate::exit::take_handed()?;
+    if outcome == Outcome::Completed {
+        Some(ScopeError::from(e))
+    } else {
+        crate::exit::to_hook(&e);
+        None
+    }
+}
+
 /// `try_scoped!`: leaves `guard` after its body's value `r`; an `Ok` whose
 /// scope can't be left cleanly becomes that `Err`.
 #[inline]
