@@ -6,16 +6,9 @@ use proc_macro2::TokenStream;
 use syn::Expr;
 use syn::spanned::Spanned;
 
-use super::forms::{self, arg_span, as_ident};
+use super::forms::{self, arg_span};
 use crate::ast::{Arg, Item};
 use crate::word::{Cx, Word};
-
-fn ident(arg: &Arg) -> Option<&syn::Ident> {
-    match arg {
-        Arg::Expr(e) => as_ident(e),
-        Arg::Named(..) => None,
-    }
-}
 
 const CHECKPOINT_FORMS: &str = "write `checkpoint(vs, \"model.ot\")`, `checkpoint(vs, \"model.ot\", resume)` to load it on entry, or `checkpoint(vs, \"model.ot\", save_on_panic = false)` to keep the last good file when the body panics";
 
@@ -36,7 +29,7 @@ pub(crate) fn check(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStrea
         match (i, arg) {
             (0 | 1, Arg::Expr(e)) => exprs.push(e.clone()),
             (2.., Arg::Expr(_))
-                if resume.is_none() && ident(arg).is_some_and(|id| id == "resume") =>
+                if resume.is_none() && arg.ident().is_some_and(|id| id == "resume") =>
             {
                 resume = Some(syn::parse_quote_spanned!(arg_span(arg)=> true));
             }
