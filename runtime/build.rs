@@ -16,6 +16,31 @@ use std::path::PathBuf;
 #[path = "build/distributed.rs"]
 mod distributed;
 
+/// Every translation unit of the shim, in one place (their headers are
+/// `csrc/common.h` and one per area, all included by `csrc/shim.h`).
+/// Always built, into the `tch_scope_shim` archive:
+const SHIM: &[&str] = &[
+    "csrc/common.cpp",
+    "csrc/grad.cpp",
+    "csrc/device.cpp",
+    "csrc/module.cpp",
+    "csrc/memory.cpp",
+    "csrc/rng.cpp",
+    "csrc/autocast.cpp",
+    "csrc/profile.cpp",
+    "csrc/global_modes.cpp",
+    "csrc/backends.cpp",
+    "csrc/stream.cpp",
+    "csrc/deadline.cpp",
+    "csrc/context.cpp",
+    "csrc/cuda_link.cpp",
+];
+/// With the `distributed` feature, into the same archive.
+const DISTRIBUTED: &str = "csrc/distributed.cpp";
+/// With the `distributed` feature, a CUDA libtorch and the NCCL headers,
+/// into an archive of its own (`tch_scope_nccl`, see build/distributed.rs).
+const NCCL: &str = "csrc/nccl.cpp";
+
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(tch_scope_cuda)");
     println!("cargo::rerun-if-changed=csrc");
@@ -42,19 +67,9 @@ fn main() {
     let cuda = lib.join("libtorch_cuda.so").exists();
 
     let mut build = base(&include);
-    build
-        .file("csrc/grad.cpp")
-        .file("csrc/device.cpp")
-        .file("csrc/module.cpp")
-        .file("csrc/memory.cpp")
-        .files(["csrc/rng.cpp", "csrc/autocast.cpp", "csrc/profile.cpp"])
-        .file("csrc/global_modes.cpp")
-        .file("csrc/backends.cpp")
-        .file("csrc/stream.cpp")
-        .file("csrc/deadline.cpp")
-        .file("csrc/context.cpp")
-        .file("csrc/cuda_link.cpp");
+    build.files(SHIM);
     let nccl = if env::var_os("CARGO_FEATURE_DISTRIBUTED").is_some() {
+        build.file(DISTRIBUTED);
         distributed::configure(&mut build, &include, &lib)
     } else {
         None
@@ -66,7 +81,9 @@ fn main() {
     }
     build.compile("tch_scope_shim");
     if let Some(nccl) = nccl {
-        distributed::build_nccl(nccl, base(&include), &include, &lib);
+        let mut build = base(&include);
+        build.file(NCCL);
+        distributed::build_nccl(nccl, build, &include, &lib);
     }
     if cuda {
         // After the archive that refers to it, so the reference keeps it.

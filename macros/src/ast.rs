@@ -32,6 +32,19 @@ pub(crate) enum Arg {
     Named(Ident, Expr),
 }
 
+impl Arg {
+    /// The argument as a bare identifier (`cpu`, `resume`, `from_env`), if
+    /// it is one; `None` for any other expression and for `key = value`.
+    pub(crate) fn ident(&self) -> Option<&Ident> {
+        match self {
+            Arg::Expr(Expr::Path(p)) if p.qself.is_none() && p.attrs.is_empty() => {
+                p.path.get_ident()
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Where a list ends: at `=>` (`scoped!`) or at the end of input (attributes).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum End {

@@ -25,7 +25,6 @@ pub struct Nccl(Vec<PathBuf>);
 
 pub fn configure(build: &mut cc::Build, include: &Path, lib: &Path) -> Option<Nccl> {
     println!("cargo::rerun-if-env-changed=TCH_SCOPE_GLOO_INCLUDE");
-    build.file("csrc/distributed.cpp");
     let gloo = gloo_include();
     // Watch the headers' own file: a link that appears later is covered
     // by the env var (cargo reruns a script when a watched path is missing,
@@ -49,15 +48,14 @@ pub fn configure(build: &mut cc::Build, include: &Path, lib: &Path) -> Option<Nc
 
 /// Compiles `csrc/nccl.cpp` into an archive of its own, after the shim's
 /// (which refers to it), with the CUDA defines only it may see.
-/// `build` is the shim's common base (build.rs).
+/// `build` is the shim's common base with `csrc/nccl.cpp` (build.rs).
 pub fn build_nccl(Nccl(dirs): Nccl, mut build: cc::Build, include: &Path, lib: &Path) {
     build
         .include(include.join("torch/csrc/api/include"))
         .includes(&dirs)
         .define("USE_C10D_NCCL", None)
         .define("USE_CUDA", None)
-        .flag_if_supported("-Wno-interference-size")
-        .file("csrc/nccl.cpp");
+        .flag_if_supported("-Wno-interference-size");
     build.compile("tch_scope_nccl");
     // ProcessGroupNCCL's code is in libtorch_cuda (linked by build.rs);
     // its inline parts call NCCL, which the linker wants named too.

@@ -13,8 +13,8 @@ extern "C" {
 
 // `cache`: 0 or 1, or -1 to keep the thread's setting (Python's default:
 // `cache_enabled=None` reads `torch.is_autocast_cache_enabled()`).
-int32_t tch_scope_autocast_enter(int8_t device_type, int8_t dtype, bool enabled, int8_t cache,
-                                 tch_scope_autocast_saved* saved) {
+tch_scope_status tch_scope_autocast_enter(int8_t device_type, int8_t dtype, bool enabled, int8_t cache,
+                                          tch_scope_autocast_saved* saved) {
   return tch_scope::guarded([&] {
     auto d = device(device_type);
     saved->cache_enabled = at::autocast::is_autocast_cache_enabled();
@@ -27,7 +27,7 @@ int32_t tch_scope_autocast_enter(int8_t device_type, int8_t dtype, bool enabled,
   });
 }
 
-int32_t tch_scope_autocast_exit(int8_t device_type, const tch_scope_autocast_saved* saved) {
+tch_scope_status tch_scope_autocast_exit(int8_t device_type, const tch_scope_autocast_saved* saved) {
   return tch_scope::guarded([&] {
     auto d = device(device_type);
     // The cast cache lives as long as the outermost autocast.
@@ -38,7 +38,7 @@ int32_t tch_scope_autocast_exit(int8_t device_type, const tch_scope_autocast_sav
   });
 }
 
-int32_t tch_scope_autocast_get(int8_t device_type, bool* enabled, int8_t* dtype) {
+tch_scope_status tch_scope_autocast_get(int8_t device_type, bool* enabled, int8_t* dtype) {
   return tch_scope::guarded([&] {
     *enabled = at::autocast::is_autocast_enabled(device(device_type));
     *dtype = static_cast<int8_t>(at::autocast::get_autocast_dtype(device(device_type)));

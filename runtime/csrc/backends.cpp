@@ -3,7 +3,7 @@
 // of libtorch's global context (every thread sees them).
 #include <ATen/Context.h>
 
-#include "common.h"
+#include "backends.h"
 
 using at::Float32Backend;
 using at::Float32MatmulPrecision;
@@ -27,7 +27,7 @@ extern "C" {
 
 // 0 highest, 1 high, 2 medium. Throws (status 1) where the legacy and the
 // new precision API were mixed, as `torch.get_float32_matmul_precision`.
-int32_t tch_scope_matmul_save(int32_t* out) {
+tch_scope_status tch_scope_matmul_save(int32_t* out) {
   return tch_scope::guarded([&] {
     auto& ctx = at::globalContext();
     out[0] = static_cast<int32_t>(ctx.float32MatmulPrecision());
@@ -36,7 +36,7 @@ int32_t tch_scope_matmul_save(int32_t* out) {
   });
 }
 
-int32_t tch_scope_matmul_restore(const int32_t* saved) {
+tch_scope_status tch_scope_matmul_restore(const int32_t* saved) {
   return tch_scope::guarded([&] {
     auto& ctx = at::globalContext();
     static const char* names[] = {"highest", "high", "medium"};
@@ -50,11 +50,11 @@ int32_t tch_scope_matmul_restore(const int32_t* saved) {
   });
 }
 
-int32_t tch_scope_matmul_set_precision(const char* name) {
+tch_scope_status tch_scope_matmul_set_precision(const char* name) {
   return tch_scope::guarded([&] { at::globalContext().setFloat32MatmulPrecision(name); });
 }
 
-int32_t tch_scope_matmul_set_tf32(bool allow) {
+tch_scope_status tch_scope_matmul_set_tf32(bool allow) {
   return tch_scope::guarded([&] { at::globalContext().setAllowTF32CuBLAS(allow); });
 }
 
@@ -106,7 +106,7 @@ void tch_scope_cudnn_get(bool* out) {
 }
 
 // `set[i]` says whether flag `i` of `value` is written.
-int32_t tch_scope_cudnn_set(const bool* set, const bool* value) {
+tch_scope_status tch_scope_cudnn_set(const bool* set, const bool* value) {
   return tch_scope::guarded([&] {
     auto& ctx = at::globalContext();
     if (set[0]) ctx.setUserEnabledCuDNN(value[0]);

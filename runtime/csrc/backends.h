@@ -1,8 +1,7 @@
 // Precision and kernel choice (backends.cpp): process-wide flags of
 // libtorch's global context, saved and put back by the Rust guards.
 #pragma once
-#include <stdbool.h>
-#include <stdint.h>
+#include "common.h"
 
 #ifdef __cplusplus
 extern "C" {

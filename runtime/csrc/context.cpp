@@ -49,7 +49,7 @@ struct Entered {
 
 extern "C" {
 
-int32_t tch_scope_context_capture(void** ctx) {
+tch_scope_status tch_scope_context_capture(void** ctx) {
   return tch_scope::guarded([&] { *ctx = new Captured(); });
 }
 
@@ -64,7 +64,7 @@ void tch_scope_context_info(const void* ctx, bool* grad, bool* inference, int64_
   *now = dl::now_ns();
 }
 
-int32_t tch_scope_context_enter(const void* ctx, void** entered) {
+tch_scope_status tch_scope_context_enter(const void* ctx, void** entered) {
   return tch_scope::guarded([&] {
     const auto& c = *static_cast<const Captured*>(ctx);
     dl::Open own = dl::current();
@@ -83,7 +83,7 @@ int32_t tch_scope_context_enter(const void* ctx, void** entered) {
   });
 }
 
-int32_t tch_scope_context_exit(void* entered) {
+tch_scope_status tch_scope_context_exit(void* entered) {
   std::unique_ptr<Entered> e(static_cast<Entered*>(entered));
   // None of these throws; they run whatever the status below says.
   bool outermost = at::autocast::decrement_nesting() == 0;

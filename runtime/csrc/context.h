@@ -5,8 +5,7 @@
 // state carried to another thread (context.cpp). Included by shim.h; calls returning a status catch
 // every C++ exception (0 = ok, message in tch_scope_last_error()).
 #pragma once
-#include <stdbool.h>
-#include <stdint.h>
+#include "common.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -18,12 +17,12 @@ extern "C" {
 // `n` < 0 and CUDA is the accelerator; a device not present is an error)
 // into a heap object; `*state` gets it. Restore with tch_scope_rng_restore,
 // free with tch_scope_rng_free.
-int32_t tch_scope_rng_save(const int32_t* devices, int32_t n, void** state);
-int32_t tch_scope_rng_restore(const void* state);
+tch_scope_status tch_scope_rng_save(const int32_t* devices, int32_t n, void** state);
+tch_scope_status tch_scope_rng_restore(const void* state);
 void tch_scope_rng_free(void* state);
 // torch.manual_seed(seed) on the CPU generator and those of the CUDA
 // devices chosen as for tch_scope_rng_save.
-int32_t tch_scope_rng_seed(uint64_t seed, const int32_t* devices, int32_t n);
+tch_scope_status tch_scope_rng_seed(uint64_t seed, const int32_t* devices, int32_t n);
 
 // ---- autocast (autocast.cpp), per thread --------------------------------
 // `device_type` is a c10::DeviceType (0 = CPU, 1 = CUDA), `dtype` a
@@ -35,31 +34,31 @@ typedef struct {
 } tch_scope_autocast_saved;
 // torch.autocast.__enter__: saves the previous flag, dtype and cache flag.
 // `cache`: 1 or 0 sets the cast cache, -1 keeps the thread's setting.
-int32_t tch_scope_autocast_enter(int8_t device_type, int8_t dtype, bool enabled, int8_t cache,
-                                 tch_scope_autocast_saved* saved);
+tch_scope_status tch_scope_autocast_enter(int8_t device_type, int8_t dtype, bool enabled, int8_t cache,
+                                          tch_scope_autocast_saved* saved);
 // torch.autocast.__exit__: clears the cast cache when leaving the outermost
 // autocast, then puts back what enter saved.
-int32_t tch_scope_autocast_exit(int8_t device_type, const tch_scope_autocast_saved* saved);
-int32_t tch_scope_autocast_get(int8_t device_type, bool* enabled, int8_t* dtype);
+tch_scope_status tch_scope_autocast_exit(int8_t device_type, const tch_scope_autocast_saved* saved);
+tch_scope_status tch_scope_autocast_get(int8_t device_type, bool* enabled, int8_t* dtype);
 // torch.is_autocast_cache_enabled() (a thread-local flag; cannot fail).
 bool tch_scope_autocast_cache_enabled(void);
 
 // ---- profiler (profile.cpp), per thread ---------------------------------
 // Kineto profiler on for this thread (CPU activities, plus CUDA if `cuda`).
-int32_t tch_scope_profile_start(bool cuda);
+tch_scope_status tch_scope_profile_start(bool cuda);
 // Stops it and writes a Chrome trace (JSON) to `path`.
-int32_t tch_scope_profile_stop(const char* path);
+tch_scope_status tch_scope_profile_stop(const char* path);
 // A user-scope at::RecordFunction named `name` (plus an NVTX range when
 // libtorch_cuda is loaded); `*range` gets it, end it with
 // tch_scope_record_end on the same thread.
-int32_t tch_scope_record_begin(const char* name, void** range);
+tch_scope_status tch_scope_record_begin(const char* name, void** range);
 void tch_scope_record_end(void* range);
 
 // ---- process-wide modes (global_modes.cpp) ------------------------------
 void tch_scope_anomaly_get(bool* enabled, bool* check_nan);
 void tch_scope_anomaly_set(bool enabled, bool check_nan);
 void tch_scope_deterministic_get(bool* enabled, bool* warn_only);
-int32_t tch_scope_deterministic_set(bool enabled, bool warn_only);
+tch_scope_status tch_scope_deterministic_set(bool enabled, bool warn_only);
 
 // ---- deadline (deadline.cpp), per thread ---------------------------------
 typedef struct {
@@ -75,15 +74,15 @@ typedef struct {
 // written back so that a future's later polls keep the same deadline).
 // The earliest open deadline of the thread applies: from then on, every
 // operator the thread calls throws "deadline of .. exceeded after .. at op".
-int32_t tch_scope_deadline_enter(int64_t budget_ns, int64_t* start_ns,
-                                 tch_scope_deadline_saved* saved);
+tch_scope_status tch_scope_deadline_enter(int64_t budget_ns, int64_t* start_ns,
+                                          tch_scope_deadline_saved* saved);
 // Opens a deadline at an instant: at the first entry (`*start_ns` == 0) it
 // is `from_now_ns` from now (negative: already passed, so the next
 // operator fails), written to `*at_ns`, and `*start_ns` gets the entry
 // time; later entries reuse `*at_ns`. A refused operator throws "deadline
 // passed .. ago at op".
-int32_t tch_scope_deadline_enter_until(int64_t from_now_ns, int64_t* at_ns, int64_t* start_ns,
-                                       tch_scope_deadline_saved* saved);
+tch_scope_status tch_scope_deadline_enter_until(int64_t from_now_ns, int64_t* at_ns, int64_t* start_ns,
+                                                tch_scope_deadline_saved* saved);
 void tch_scope_deadline_exit(const tch_scope_deadline_saved* saved);
 // How many operators have failed on a deadline on this thread; `*trip_at`
 // gets the deadline the last one passed.
@@ -99,7 +98,7 @@ const char* tch_scope_deadline_trip_message(void);
 // deadline into a heap object, `*ctx`. Read only from then on: any number
 // of threads may enter it at once. Free it with tch_scope_context_free, on
 // any thread, once no thread is inside it.
-int32_t tch_scope_context_capture(void** ctx);
+tch_scope_status tch_scope_context_capture(void** ctx);
 void tch_scope_context_free(void* ctx);
 // What a captured state says, for its accessors: `*deadline_at` gets its
 // deadline (steady-clock ns; INT64_MAX: none) and `*now` the clock now.
@@ -109,11 +108,25 @@ void tch_scope_context_info(const void* ctx, bool* grad, bool* inference, int64_
 // and `*entered` what puts this thread's own back: pass it to
 // tch_scope_context_exit on this thread, last in, first out with every
 // other scope entered inside.
-int32_t tch_scope_context_enter(const void* ctx, void** entered);
+tch_scope_status tch_scope_context_enter(const void* ctx, void** entered);
 // Puts back the thread's own state and frees `entered`, whatever the
 // status; a failure (clearing autocast's cast cache) is only reported.
-int32_t tch_scope_context_exit(void* entered);
+tch_scope_status tch_scope_context_exit(void* entered);
 
 #ifdef __cplusplus
-}
+}  // extern "C"
+// Mirrored by `Saved` in runtime/src/scopes/autocast.rs and
+// runtime/src/scopes/deadline.rs, which check the same.
+static_assert(sizeof(tch_scope_autocast_saved) == 3 && alignof(tch_scope_autocast_saved) == 1);
+static_assert(offsetof(tch_scope_autocast_saved, enabled) == 0 &&
+              offsetof(tch_scope_autocast_saved, dtype) == 1 &&
+              offsetof(tch_scope_autocast_saved, cache_enabled) == 2);
+static_assert(sizeof(tch_scope_deadline_saved) == 48 && alignof(tch_scope_deadline_saved) == 8);
+static_assert(offsetof(tch_scope_deadline_saved, at) == 0 &&
+              offsetof(tch_scope_deadline_saved, budget) == 8 &&
+              offsetof(tch_scope_deadline_saved, start) == 16 &&
+              offsetof(tch_scope_deadline_saved, trips) == 24 &&
+              offsetof(tch_scope_deadline_saved, effective_at) == 32 &&
+              offsetof(tch_scope_deadline_saved, included) == 40 &&
+              offsetof(tch_scope_deadline_saved, instant) == 41);
 #endif

@@ -7,7 +7,7 @@
 // of one of its functions, so the dependency is real; the Rust side holds a
 // #[used] reference to tch_scope_built_with_cuda, which pulls this object
 // into every link.
-#include "shim.h"
+#include "common.h"
 
 #ifdef TCH_SCOPE_CUDA
 // Declared by hand: ATen/cuda/CUDAContext.h needs the CUDA toolkit headers.

@@ -133,13 +133,10 @@ void open(const tch_scope::deadline::Open& next, tch_scope_deadline_saved* saved
 
 }  // namespace
 
-static_assert(sizeof(tch_scope_deadline_saved) == 48 && alignof(tch_scope_deadline_saved) == 8,
-              "tch_scope_deadline_saved: keep runtime/src/scopes/deadline.rs's Saved in step");
-
 extern "C" {
 
-int32_t tch_scope_deadline_enter(int64_t budget_ns, int64_t* start_ns,
-                                 tch_scope_deadline_saved* saved) {
+tch_scope_status tch_scope_deadline_enter(int64_t budget_ns, int64_t* start_ns,
+                                          tch_scope_deadline_saved* saved) {
   return tch_scope::guarded([&] {
     if (*start_ns == 0) *start_ns = now_ns();
     int64_t at = budget_ns > kNone - *start_ns ? kNone - 1 : *start_ns + budget_ns;
@@ -147,8 +144,8 @@ int32_t tch_scope_deadline_enter(int64_t budget_ns, int64_t* start_ns,
   });
 }
 
-int32_t tch_scope_deadline_enter_until(int64_t from_now_ns, int64_t* at_ns, int64_t* start_ns,
-                                       tch_scope_deadline_saved* saved) {
+tch_scope_status tch_scope_deadline_enter_until(int64_t from_now_ns, int64_t* at_ns, int64_t* start_ns,
+                                                tch_scope_deadline_saved* saved) {
   return tch_scope::guarded([&] {
     if (*start_ns == 0) {
       int64_t now = now_ns();

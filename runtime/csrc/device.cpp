@@ -3,7 +3,7 @@
 // libtorch_cuda is loaded.
 #include <ATen/DeviceAccelerator.h>
 
-#include "common.h"
+#include "device.h"
 
 namespace {
 bool cuda_is_the_accelerator() {

@@ -1,7 +1,7 @@
 // c10d process groups for the `distributed` scope. Compiled with Gloo only
 // when build.rs found gloo's headers (TCH_SCOPE_GLOO); the code itself is
 // in libtorch_cpu.so, the headers are needed only to declare it.
-#include "common.h"
+#include "distributed.h"
 
 #include <stdexcept>
 #include <string>

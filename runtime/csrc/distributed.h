@@ -1,11 +1,9 @@
 // C ABI of the distributed part of the shim (distributed.cpp): a c10d
 // process group over a TCPStore, set up exactly as PyTorch's
 // init_process_group does, so Rust and Python ranks can share one group.
-// Every call that can fail returns a status (see shim.h).
+// Every call that can fail returns a status (see common.h).
 #pragma once
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
+#include "common.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -24,7 +24,7 @@ void tch_scope_deterministic_get(bool* enabled, bool* warn_only) {
   *warn_only = at::globalContext().deterministicAlgorithmsWarnOnly();
 }
 
-int32_t tch_scope_deterministic_set(bool enabled, bool warn_only) {
+tch_scope_status tch_scope_deterministic_set(bool enabled, bool warn_only) {
   return tch_scope::guarded(
       [&] { at::globalContext().setDeterministicAlgorithms(enabled, warn_only); });
 }

@@ -3,37 +3,10 @@
 #include <c10/core/DispatchKeySet.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
-#include <cstring>
-
-#include "common.h"
+#include "grad.h"
 
 using c10::AutogradState;
 using c10::impl::PODLocalDispatchKeySet;
-
-namespace tch_scope {
-std::string& last_error_slot() {
-  static thread_local std::string slot;
-  return slot;
-}
-
-namespace {
-// Armed per thread, so parallel tests don't trip each other. Plain types:
-// no thread_local constructor runs on the normal path.
-thread_local int32_t fault_remaining = 0;
-thread_local char fault_op[96] = {0};
-}  // namespace
-
-bool injected_fault(const char* op) noexcept {
-  if (fault_remaining <= 0) return false;
-  if (std::strcmp(fault_op, "*") != 0 && std::strcmp(op, fault_op) != 0) return false;
-  --fault_remaining;
-  try {
-    last_error_slot() = std::string("injected fault in ") + op;
-  } catch (...) {
-  }
-  return true;
-}
-}  // namespace tch_scope
 
 namespace {
 // AutogradState's grad-layout-enforcement flag is newer than libtorch 2.11;
@@ -56,15 +29,7 @@ void set_grad_layout(S& s, bool enabled) {
 }
 }  // namespace
 
-extern "C" void tch_scope_fault_inject(const char* op, int32_t times) {
-  std::strncpy(tch_scope::fault_op, op, sizeof tch_scope::fault_op - 1);
-  tch_scope::fault_op[sizeof tch_scope::fault_op - 1] = 0;
-  tch_scope::fault_remaining = times;
-}
-
 extern "C" {
-
-const char* tch_scope_last_error(void) { return tch_scope::last_error_slot().c_str(); }
 
 tch_scope_status tch_scope_tls_pointers(void** autograd_state, void** dispatch_keys) {
   return tch_scope::guarded([&] {

@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-#include "common.h"
+#include "memory.h"
 
 namespace {
 void require_cuda() {
@@ -20,7 +20,7 @@ constexpr size_t kAggregate = static_cast<size_t>(c10::CachingAllocator::StatTyp
 
 extern "C" {
 
-int32_t tch_scope_cuda_memory_stats(int32_t device, tch_scope_memory_stats* out) {
+tch_scope_status tch_scope_cuda_memory_stats(int32_t device, tch_scope_memory_stats* out) {
   return tch_scope::guarded([&] {
     require_cuda();
     auto s = at::accelerator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
@@ -31,21 +31,21 @@ int32_t tch_scope_cuda_memory_stats(int32_t device, tch_scope_memory_stats* out)
   });
 }
 
-int32_t tch_scope_cuda_reset_peak(int32_t device) {
+tch_scope_status tch_scope_cuda_reset_peak(int32_t device) {
   return tch_scope::guarded([&] {
     require_cuda();
     at::accelerator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
   });
 }
 
-int32_t tch_scope_cuda_empty_cache(void) {
+tch_scope_status tch_scope_cuda_empty_cache(void) {
   return tch_scope::guarded([&] {
     require_cuda();
     at::accelerator::emptyCache();
   });
 }
 
-int32_t tch_scope_cuda_synchronize(int32_t device) {
+tch_scope_status tch_scope_cuda_synchronize(int32_t device) {
   return tch_scope::guarded([&] {
     require_cuda();
     at::accelerator::synchronizeDevice(static_cast<c10::DeviceIndex>(device));

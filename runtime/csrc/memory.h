@@ -1,7 +1,7 @@
 // C ABI of the shim's CUDA memory and synchronisation calls (memory.cpp).
 // Included by shim.h; every call returns a status (0 = ok).
 #pragma once
-#include <stdint.h>
+#include "common.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -15,13 +15,19 @@ typedef struct {
   int64_t reserved_peak;
 } tch_scope_memory_stats;
 
-int32_t tch_scope_cuda_memory_stats(int32_t device, tch_scope_memory_stats* out);
-int32_t tch_scope_cuda_reset_peak(int32_t device);
+tch_scope_status tch_scope_cuda_memory_stats(int32_t device, tch_scope_memory_stats* out);
+tch_scope_status tch_scope_cuda_reset_peak(int32_t device);
 // Frees unused cached blocks of every device (torch.cuda.empty_cache()).
-int32_t tch_scope_cuda_empty_cache(void);
+tch_scope_status tch_scope_cuda_empty_cache(void);
 // Waits for all work queued on `device` (torch.cuda.synchronize(device)).
-int32_t tch_scope_cuda_synchronize(int32_t device);
+tch_scope_status tch_scope_cuda_synchronize(int32_t device);
 
 #ifdef __cplusplus
-}
+}  // extern "C"
+// Mirrored by `Stats` in runtime/src/cuda.rs, which checks the same.
+static_assert(sizeof(tch_scope_memory_stats) == 32 && alignof(tch_scope_memory_stats) == 8);
+static_assert(offsetof(tch_scope_memory_stats, allocated) == 0 &&
+              offsetof(tch_scope_memory_stats, allocated_peak) == 8 &&
+              offsetof(tch_scope_memory_stats, reserved) == 16 &&
+              offsetof(tch_scope_memory_stats, reserved_peak) == 24);
 #endif

@@ -29,7 +29,7 @@
 
 #include <torch/csrc/jit/api/module.h>
 
-#include "common.h"
+#include "module.h"
 
 namespace {
 

@@ -74,7 +74,7 @@ void restore_kineto() {
 
 extern "C" {
 
-int32_t tch_scope_profile_start(bool cuda) {
+tch_scope_status tch_scope_profile_start(bool cuda) {
   return tch_scope::guarded([&] {
     ProfilerConfig config(ProfilerState::KINETO);
     std::set<ActivityType> activities{ActivityType::CPU};
@@ -90,7 +90,7 @@ int32_t tch_scope_profile_start(bool cuda) {
   });
 }
 
-int32_t tch_scope_profile_stop(const char* path) {
+tch_scope_status tch_scope_profile_stop(const char* path) {
   return tch_scope::guarded([&] {
     struct Restore {
       ~Restore() { restore_kineto(); }
@@ -101,7 +101,7 @@ int32_t tch_scope_profile_stop(const char* path) {
   });
 }
 
-int32_t tch_scope_record_begin(const char* name, void** range) {
+tch_scope_status tch_scope_record_begin(const char* name, void** range) {
   return tch_scope::guarded([&] {
     auto r = std::make_unique<Range>();
     r->name = name;

@@ -115,7 +115,7 @@ std::vector<int> devices(const int32_t* list, int32_t n) {
 
 extern "C" {
 
-int32_t tch_scope_rng_save(const int32_t* list, int32_t n, void** state) {
+tch_scope_status tch_scope_rng_save(const int32_t* list, int32_t n, void** state) {
   return tch_scope::guarded([&] {
     auto s = std::make_unique<RngState>();
     auto cuda = devices(list, n);
@@ -125,7 +125,7 @@ int32_t tch_scope_rng_save(const int32_t* list, int32_t n, void** state) {
   });
 }
 
-int32_t tch_scope_rng_restore(const void* state) {
+tch_scope_status tch_scope_rng_restore(const void* state) {
   return tch_scope::guarded([&] {
     auto* s = static_cast<const RngState*>(state);
     set_cpu_state(cpu_generator(), s->cpu);
@@ -135,7 +135,7 @@ int32_t tch_scope_rng_restore(const void* state) {
 
 void tch_scope_rng_free(void* state) { delete static_cast<RngState*>(state); }
 
-int32_t tch_scope_rng_seed(uint64_t s, const int32_t* list, int32_t n) {
+tch_scope_status tch_scope_rng_seed(uint64_t s, const int32_t* list, int32_t n) {
   return tch_scope::guarded([&] {
     auto cuda = devices(list, n);
     seed(at::detail::getDefaultCPUGenerator(), s);

@@ -5,7 +5,7 @@
 #include <c10/core/Stream.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
-#include "common.h"
+#include "stream.h"
 
 namespace {
 
@@ -31,21 +31,21 @@ const c10::Event* event(const void* e) { return static_cast<const c10::Event*>(e
 
 extern "C" {
 
-int32_t tch_scope_stream_pool(int8_t index, bool high_priority, tch_scope_stream* out) {
+tch_scope_status tch_scope_stream_pool(int8_t index, bool high_priority, tch_scope_stream* out) {
   return tch_scope::guarded(
       [&] { *out = pack(cuda().getStreamFromGlobalPool(device(index), high_priority)); });
 }
 
-int32_t tch_scope_stream_current(int8_t index, tch_scope_stream* out) {
+tch_scope_status tch_scope_stream_current(int8_t index, tch_scope_stream* out) {
   return tch_scope::guarded([&] { *out = pack(cuda().getStream(device(index))); });
 }
 
-int32_t tch_scope_stream_default(int8_t index, tch_scope_stream* out) {
+tch_scope_status tch_scope_stream_default(int8_t index, tch_scope_stream* out) {
   return tch_scope::guarded([&] { *out = pack(cuda().getDefaultStream(device(index))); });
 }
 
-int32_t tch_scope_stream_enter(tch_scope_stream s, int8_t* previous_device,
-                               tch_scope_stream* previous_stream) {
+tch_scope_status tch_scope_stream_enter(tch_scope_stream s, int8_t* previous_device,
+                                        tch_scope_stream* previous_stream) {
   return tch_scope::guarded([&] {
     auto impl = cuda();
     auto stream = unpack(s);
@@ -60,7 +60,7 @@ int32_t tch_scope_stream_enter(tch_scope_stream s, int8_t* previous_device,
   });
 }
 
-int32_t tch_scope_stream_leave(int8_t previous_device, tch_scope_stream previous_stream) {
+tch_scope_status tch_scope_stream_leave(int8_t previous_device, tch_scope_stream previous_stream) {
   return tch_scope::guarded([&] {
     auto impl = cuda();
     impl.exchangeStream(unpack(previous_stream));
@@ -68,15 +68,15 @@ int32_t tch_scope_stream_leave(int8_t previous_device, tch_scope_stream previous
   });
 }
 
-int32_t tch_scope_stream_synchronize(tch_scope_stream s) {
+tch_scope_status tch_scope_stream_synchronize(tch_scope_stream s) {
   return tch_scope::guarded([&] { unpack(s).synchronize(); });
 }
 
-int32_t tch_scope_stream_query(tch_scope_stream s, bool* done) {
+tch_scope_status tch_scope_stream_query(tch_scope_stream s, bool* done) {
   return tch_scope::guarded([&] { *done = unpack(s).query(); });
 }
 
-int32_t tch_scope_stream_wait(tch_scope_stream waiter, tch_scope_stream other) {
+tch_scope_status tch_scope_stream_wait(tch_scope_stream waiter, tch_scope_stream other) {
   return tch_scope::guarded([&] {
     c10::Event e(CUDA);
     e.record(unpack(other));
@@ -84,25 +84,25 @@ int32_t tch_scope_stream_wait(tch_scope_stream waiter, tch_scope_stream other) {
   });
 }
 
-int32_t tch_scope_event_new(void** out) {
+tch_scope_status tch_scope_event_new(void** out) {
   return tch_scope::guarded([&] { *out = new c10::Event(CUDA, c10::EventFlag::BACKEND_DEFAULT); });
 }
 
 void tch_scope_event_free(void* e) { delete event(e); }
 
-int32_t tch_scope_event_record(void* e, int64_t id, int8_t index) {
+tch_scope_status tch_scope_event_record(void* e, int64_t id, int8_t index) {
   return tch_scope::guarded([&] { event(e)->record(unpack({id, index})); });
 }
 
-int32_t tch_scope_event_synchronize(const void* e) {
+tch_scope_status tch_scope_event_synchronize(const void* e) {
   return tch_scope::guarded([&] { event(e)->synchronize(); });
 }
 
-int32_t tch_scope_event_query(const void* e, bool* done) {
+tch_scope_status tch_scope_event_query(const void* e, bool* done) {
   return tch_scope::guarded([&] { *done = event(e)->query(); });
 }
 
-int32_t tch_scope_event_elapsed(const void* start, const void* end, double* ms) {
+tch_scope_status tch_scope_event_elapsed(const void* start, const void* end, double* ms) {
   return tch_scope::guarded([&] {
     event(end)->synchronize();
     *ms = event(start)->elapsedTime(*event(end));

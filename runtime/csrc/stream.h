@@ -2,8 +2,7 @@
 // Stream, Event and guard interface: no CUDA header is needed, and every
 // call fails cleanly (status 1) where libtorch_cuda is absent.
 #pragma once
-#include <stdbool.h>
-#include <stdint.h>
+#include "common.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,5 +40,8 @@ tch_scope_status tch_scope_event_query(const void* event, bool* done);
 tch_scope_status tch_scope_event_elapsed(const void* start, const void* end, double* ms);
 
 #ifdef __cplusplus
-}
+}  // extern "C"
+// Mirrored by `Raw` in runtime/src/cuda/stream.rs, which checks the same.
+static_assert(sizeof(tch_scope_stream) == 16 && alignof(tch_scope_stream) == 8);
+static_assert(offsetof(tch_scope_stream, id) == 0 && offsetof(tch_scope_stream, device) == 8);
 #endif

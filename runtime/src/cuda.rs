@@ -19,6 +19,8 @@ use tch::Device;
 
 use crate::{ScopeError, ffi};
 
+/// The shim's `tch_scope_memory_stats` (`csrc/memory.h`, which asserts the
+/// same layout).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Stats {
@@ -27,6 +29,13 @@ pub(crate) struct Stats {
     pub reserved: i64,
     pub reserved_peak: i64,
 }
+
+const _: () = {
+    use std::mem::offset_of;
+    assert!(size_of::<Stats>() == 32 && align_of::<Stats>() == 8);
+    assert!(offset_of!(Stats, allocated) == 0 && offset_of!(Stats, allocated_peak) == 8);
+    assert!(offset_of!(Stats, reserved) == 16 && offset_of!(Stats, reserved_peak) == 24);
+};
 
 unsafe extern "C" {
     fn tch_scope_cuda_device_count(count: *mut i32) -> ffi::Status;

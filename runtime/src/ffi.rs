@@ -1,11 +1,18 @@
-//! What every binding to the C++ shim shares: the status type, its error
-//! message, the test-only fault switch, and the CUDA link anchor. Each
-//! area's own `extern "C"` block sits beside its Rust wrapper (see
-//! `csrc/shim.h` for the contract).
+//! What every binding to the C++ shim shares (`csrc/common.h`): the status
+//! type, its error message, the test-only fault switch, and the CUDA link
+//! anchor. Each area's own `extern "C"` block sits beside its Rust wrapper
+//! (its contract in the area's header, all of them under `csrc/shim.h`).
+//! Every shim function that can fail returns a [`Status`]; every struct
+//! mirrored on both sides has its layout asserted on both sides.
 
 use std::ffi::CStr;
 
-pub(crate) type Status = i32;
+/// The shim's `tch_scope_status`: 0 = ok, else the message is in
+/// `tch_scope_last_error`. Read it only through [`check`].
+#[repr(transparent)]
+#[must_use = "a shim status says whether the call failed: pass it to ffi::check"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Status(i32);
 
 unsafe extern "C" {
     fn tch_scope_last_error() -> *const std::ffi::c_char;
@@ -20,7 +27,7 @@ static CUDA_LINK: unsafe extern "C" fn() -> i32 = tch_scope_built_with_cuda;
 
 /// Turns a shim status into `Err(message)`.
 pub(crate) fn check(status: Status) -> Result<(), String> {
-    if status == 0 {
+    if status.0 == 0 {
         return Ok(());
     }
     // SAFETY: the shim returns a NUL-terminated thread-local string that

@@ -74,6 +74,9 @@ fn unknown_word_suggests_the_closest() {
     one("devise(0) => {}", "did you mean `device`?", "devise", 1);
 }
 
+/// Pins the message's prefix and takes the list from the table, so a new
+/// word changes no blessed text. (This case is not a ui case: trybuild
+/// pins a whole `.stderr`, list included.)
 #[test]
 fn unknown_word_far_from_any_lists_the_known_ones() {
     let errors = scoped_errors("banana => {}");
@@ -83,6 +86,11 @@ fn unknown_word_far_from_any_lists_the_known_ones() {
         "unknown scope word `banana`; known words: `no_grad`",
         "banana",
         1,
+    );
+    let prefix = "unknown scope word `banana`; known words: ";
+    assert_eq!(
+        errors[0].0,
+        format!("{prefix}{}", crate::words::known_list())
     );
 }
 
@@ -671,5 +679,36 @@ fn failed_attribute_reemits_the_function_unchanged() {
             .trim_start()
             .starts_with(":: core :: compile_error !"),
         "{out}"
+    );
+}
+
+/// `checkpoint` reads its row's params: every mistake, each on its token.
+#[test]
+fn checkpoint_reports_every_mistake() {
+    let input = "checkpoint(vs, p, restart, resume, resume = b, save_on_panc = false) => {}";
+    let errors = scoped_errors(input);
+    let want = [
+        ("unexpected argument to `checkpoint`: write", "restart", 1),
+        (
+            "`resume` is given twice to `checkpoint`; keep one",
+            "resume",
+            2,
+        ),
+        (
+            "`checkpoint` has no argument `save_on_panc` (did you mean `save_on_panic`?)",
+            "save_on_panc",
+            1,
+        ),
+    ];
+    assert_eq!(errors.len(), want.len(), "{errors:#?}");
+    for ((text, line, column), (message, token, nth)) in errors.iter().zip(want) {
+        assert!(text.contains(message), "got {text}\n want {message}");
+        assert_eq!((*line, *column), at(input, token, nth), "span of {text}");
+    }
+    one(
+        "checkpoint(vs) => {}",
+        "`checkpoint` needs its `path` argument: write `checkpoint(vs, \"model.ot\", resume, save_on_panic = false)`",
+        "(",
+        1,
     );
 }

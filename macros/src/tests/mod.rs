@@ -2,6 +2,7 @@
 //! can export only macros), so it is tested from here.
 
 mod body;
+mod distributed;
 mod errors;
 mod expansion;
 mod fuzz;

@@ -14,6 +14,16 @@ const RUNTIME_LIB: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../runtime/src/lib.rs"
 ));
+/// Each word's constructor, `__private::<word>(..)`.
+const RUNTIME_WORDS: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../runtime/src/private/words.rs"
+));
+/// The rest of `__private`: entering, leaving, call-site names.
+const RUNTIME_PRIVATE: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../runtime/src/private/mod.rs"
+));
 
 #[test]
 fn every_word_has_an_attribute_entry_point() {
@@ -133,6 +143,89 @@ fn every_example_checks_and_expands() {
             let list = example.split(" if ").next().unwrap_or(example);
             if let Err(e) = attr_tokens(Attr::List, lex(list), lex("fn f() {}")) {
                 panic!("`#[scope({list})]` does not expand: {e}");
+            }
+        }
+    }
+}
+
+/// The `X` of every `__private::X` in `tokens`.
+fn private_names(tokens: proc_macro2::TokenStream, out: &mut Vec<String>) {
+    let tokens: Vec<proc_macro2::TokenTree> = tokens.into_iter().collect();
+    for (i, tt) in tokens.iter().enumerate() {
+        match tt {
+            proc_macro2::TokenTree::Group(g) => private_names(g.stream(), out),
+            proc_macro2::TokenTree::Ident(id) if id == "__private" => {
+                if let Some(proc_macro2::TokenTree::Ident(name)) = tokens.get(i + 3) {
+                    out.push(name.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether a Rust source declares `name` as a public item or re-export.
+fn declares(src: &str, name: &str) -> bool {
+    [
+        format!("pub fn {name}("),
+        format!("pub fn {name}<"),
+        format!("pub struct {name}"),
+        format!("pub use crate::{name};"),
+        format!(" as {name}}}"),
+        format!(" as {name},"),
+        format!("::{name};"),
+        format!("{{{name},"),
+        format!(", {name}}}"),
+        format!(" {name},"),
+    ]
+    .iter()
+    .any(|form| {
+        src.lines()
+            .any(|l| l.trim_start().starts_with("pub ") && l.contains(form.as_str()))
+    })
+}
+
+/// Adding a word means a row here and its constructor in the runtime's
+/// `private/words.rs`: what every example of every row builds is there
+/// (the `__private` plumbing beside it in `private/mod.rs`).
+#[test]
+fn every_row_has_its_constructor_in_the_runtime() {
+    use syn::parse::Parser;
+    for w in WORDS {
+        if let Some((_, false)) = w.feature {
+            continue;
+        }
+        for example in w.examples {
+            let mut errors = crate::errors::Errors::default();
+            let items = (|input: syn::parse::ParseStream| {
+                Ok(crate::ast::parse_list(
+                    input,
+                    crate::ast::End::Eof,
+                    &mut errors,
+                ))
+            })
+            .parse2(lex(example))
+            .expect("parses");
+            let cx = crate::word::Cx::new(quote::quote!(::rt), None);
+            let scopes = crate::valid::validate(items, &cx, &mut errors);
+            assert!(errors.is_empty(), "`{example}` does not check");
+            let mut names = Vec::new();
+            for s in scopes {
+                private_names(s.value, &mut names);
+            }
+            assert!(
+                names.iter().any(|n| declares(RUNTIME_WORDS, n)),
+                "`{example}` of `{}` builds none of its constructors {names:?} \
+                 from runtime/src/private/words.rs",
+                w.name
+            );
+            for n in &names {
+                assert!(
+                    declares(RUNTIME_WORDS, n) || declares(RUNTIME_PRIVATE, n),
+                    "`{example}` of `{}` calls `__private::{n}`, which \
+                     runtime/src/private/words.rs does not declare",
+                    w.name
+                );
             }
         }
     }

@@ -7,16 +7,9 @@ use proc_macro2::TokenStream;
 use quote::quote_spanned;
 use syn::spanned::Spanned;
 
-use super::forms::{arg_span, as_ident};
+use super::forms::arg_span;
 use crate::ast::{Arg, Item};
 use crate::word::{Cx, Word};
-
-fn ident(arg: &Arg) -> Option<&syn::Ident> {
-    match arg {
-        Arg::Expr(e) => as_ident(e),
-        Arg::Named(..) => None,
-    }
-}
 
 const AUTOCAST_FORMS: &str = "write `autocast(cpu, bf16)`, `autocast(cpu, f16)`, `autocast(cuda, f16)` or `autocast(cuda, bf16)`, then optionally `enabled = b`, `cache = b`";
 
@@ -37,7 +30,7 @@ pub(crate) fn check(_: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> 
             format!("`autocast` needs a device type: {AUTOCAST_FORMS}"),
         ));
     };
-    let device = match ident(first).map(ToString::to_string).as_deref() {
+    let device = match first.ident().map(ToString::to_string).as_deref() {
         Some(d @ ("cpu" | "cuda")) => d.to_owned(),
         _ => {
             return Err(syn::Error::new(
@@ -50,7 +43,7 @@ pub(crate) fn check(_: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> 
     let dtype = match list.next() {
         None if device == "cpu" => "bf16".to_owned(),
         None => "f16".to_owned(),
-        Some(arg) => match ident(arg).map(ToString::to_string).as_deref() {
+        Some(arg) => match arg.ident().map(ToString::to_string).as_deref() {
             Some(t @ ("bf16" | "f16")) => t.to_owned(),
             Some(t @ ("bfloat16" | "float16" | "half")) => {
                 let short = if t == "bfloat16" { "bf16" } else { "f16" };

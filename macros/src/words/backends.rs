@@ -6,8 +6,8 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Expr, Lit};
 
-use super::forms::{self, arg_span, as_ident};
-use crate::ast::{Arg, Item};
+use super::forms::{self, arg_span};
+use crate::ast::Item;
 use crate::errors::Errors;
 use crate::word::{Cx, Word};
 
@@ -95,10 +95,7 @@ pub(crate) fn sdpa(_: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
     let mut seen = Vec::new();
     let mut variants = Vec::new();
     for arg in list {
-        let name = match arg {
-            Arg::Expr(e) => as_ident(e).map(ToString::to_string),
-            Arg::Named(..) => None,
-        };
+        let name = arg.ident().map(ToString::to_string);
         let Some(&(name, variant)) = name
             .as_deref()
             .and_then(|n| BACKENDS.iter().find(|(b, _)| *b == n))

@@ -131,7 +131,7 @@ pub(crate) fn options(word: &Word, item: &Item) -> syn::Result<Values> {
             }
             Arg::Expr(e) => {
                 // A bare flag name: `sync` means `sync = true`.
-                let flag = as_ident(e).and_then(|id| {
+                let flag = arg.ident().and_then(|id| {
                     params
                         .iter()
                         .position(|p| p.kind == Kind::Flag && id == p.name)
@@ -216,13 +216,6 @@ pub(crate) fn bare_or_set(word: &Word, item: &Item, cx: &Cx) -> syn::Result<Toke
     let private = cx.private(span);
     let f = syn::Ident::new(&format!("{}_set", word.name), span);
     Ok(quote_spanned!(span=> #private::#f(#value)))
-}
-
-pub(crate) fn as_ident(e: &Expr) -> Option<&syn::Ident> {
-    match e {
-        Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => p.path.get_ident(),
-        _ => None,
-    }
 }
 
 fn is_str_lit(e: &Expr) -> bool {

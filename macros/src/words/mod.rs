@@ -295,9 +295,14 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "checkpoint",
-        usage: "checkpoint(vs, \"model.ot\", resume)",
+        usage: "checkpoint(vs, \"model.ot\", resume, save_on_panic = false)",
         doc: "VarStore saved on exit",
-        params: &[Param::positional("vs", 0), Param::positional("path", 1)],
+        params: &[
+            Param::positional("vs", 0),
+            Param::positional("path", 1),
+            Param::flag("resume"),
+            Param::flag("save_on_panic"),
+        ],
         check: checkpoint::check,
         awaits: Awaits::Span,
         fails: true,

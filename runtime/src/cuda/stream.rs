@@ -4,13 +4,19 @@ use tch::Device;
 
 use crate::{Scope, ScopeError, ffi};
 
-/// `c10::Stream::pack3` of a CUDA stream, as the shim passes it.
+/// `c10::Stream::pack3` of a CUDA stream, as the shim passes it: its
+/// `tch_scope_stream` (`csrc/stream.h`, which asserts the same layout).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Raw {
     id: i64,
     device: i8,
 }
+
+const _: () = {
+    assert!(size_of::<Raw>() == 16 && align_of::<Raw>() == 8);
+    assert!(std::mem::offset_of!(Raw, id) == 0 && std::mem::offset_of!(Raw, device) == 8);
+};
 
 unsafe extern "C" {
     fn tch_scope_stream_pool(device: i8, high_priority: bool, out: *mut Raw) -> ffi::Status;

@@ -13,8 +13,6 @@ pub use words::*;
 /// `ffi::inject_fault`); the fault-injection tests in `tests/faults.rs`.
 pub use crate::ffi::inject_fault;
 
-#[cfg(feature = "distributed")]
-pub use crate::dist::{Backend as DistBackend, Distributed};
 pub use crate::{Chain, End, EntryError, Outcome, Scope, ScopeError, Scoped, Spanned};
 
 use crate::{DeadlineGuard, When};

@@ -9,6 +9,8 @@ use tch::Kind;
 
 pub use crate::SdpaBackend;
 pub use crate::SyncMode;
+#[cfg(feature = "distributed")]
+pub use crate::dist::{Backend as DistBackend, Distributed};
 pub use crate::report::Site;
 use crate::{
     Autocast, Checkpoint, DetectAnomaly, Deterministic, EnableGrad, ForkRng, Grad, InferenceMode,

@@ -13,6 +13,8 @@ use tch::Kind;
 
 use crate::{Scope, ScopeError, ffi};
 
+/// The shim's `tch_scope_autocast_saved` (`csrc/context.h`, which asserts
+/// the same layout).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct Saved {
@@ -21,6 +23,13 @@ struct Saved {
     cache_enabled: bool,
 }
 
+const _: () = {
+    assert!(size_of::<Saved>() == 3 && align_of::<Saved>() == 1);
+    assert!(std::mem::offset_of!(Saved, enabled) == 0);
+    assert!(std::mem::offset_of!(Saved, dtype) == 1);
+    assert!(std::mem::offset_of!(Saved, cache_enabled) == 2);
+};
+
 unsafe extern "C" {
     fn tch_scope_autocast_enter(
         device: i8,
@@ -28,9 +37,9 @@ unsafe extern "C" {
         enabled: bool,
         cache: i8,
         saved: *mut Saved,
-    ) -> i32;
-    fn tch_scope_autocast_exit(device: i8, saved: *const Saved) -> i32;
-    fn tch_scope_autocast_get(device: i8, enabled: *mut bool, dtype: *mut i8) -> i32;
+    ) -> ffi::Status;
+    fn tch_scope_autocast_exit(device: i8, saved: *const Saved) -> ffi::Status;
+    fn tch_scope_autocast_get(device: i8, enabled: *mut bool, dtype: *mut i8) -> ffi::Status;
     fn tch_scope_autocast_cache_enabled() -> bool;
 }
 

@@ -55,8 +55,15 @@ struct Saved {
     instant: bool,
 }
 
-// The C++ side asserts the same (`csrc/deadline.cpp`).
-const _: () = assert!(size_of::<Saved>() == 48 && align_of::<Saved>() == 8);
+// The shim's `tch_scope_deadline_saved`: `csrc/context.h` asserts the same.
+const _: () = {
+    use std::mem::offset_of;
+    assert!(size_of::<Saved>() == 48 && align_of::<Saved>() == 8);
+    assert!(offset_of!(Saved, at) == 0 && offset_of!(Saved, budget) == 8);
+    assert!(offset_of!(Saved, start) == 16 && offset_of!(Saved, trips) == 24);
+    assert!(offset_of!(Saved, effective_at) == 32);
+    assert!(offset_of!(Saved, included) == 40 && offset_of!(Saved, instant) == 41);
+};
 
 unsafe extern "C" {
     fn tch_scope_deadline_enter(

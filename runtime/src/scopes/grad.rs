@@ -10,7 +10,8 @@ use std::ffi::c_void;
 use crate::Scope;
 use crate::thread_state::{self, Tls};
 
-/// What `tch_scope_inference_enter` saves for the exit (`csrc/grad.cpp`).
+/// What `tch_scope_inference_enter` saves for the exit: the shim's
+/// `tch_scope_inference_saved` (`csrc/grad.h`, which asserts the same layout).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct InferenceSaved {
@@ -18,6 +19,14 @@ struct InferenceSaved {
     excluded: u64,
     autograd_flags: u8,
 }
+
+const _: () = {
+    use std::mem::offset_of;
+    assert!(size_of::<InferenceSaved>() == 24 && align_of::<InferenceSaved>() == 8);
+    assert!(offset_of!(InferenceSaved, included) == 0);
+    assert!(offset_of!(InferenceSaved, excluded) == 8);
+    assert!(offset_of!(InferenceSaved, autograd_flags) == 16);
+};
 
 unsafe extern "C" {
     fn tch_scope_grad_exchange(state: *mut c_void, enabled: bool) -> bool;

@@ -1,5 +1,0 @@
-use tch_scope::scoped;
-
-fn main() {
-    scoped!(banana => {});
-}
