@@ -333,6 +333,7 @@ impl Run {
         let ns = clock::nanos(self.start, end);
         let outcome = self.outcome();
         report::record_time(self.site, ns, outcome);
+        report::record_time_metrics(self.site, ns, outcome);
         if trace::recording() {
             trace::push(&Span {
                 kind: Kind::Timed,

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use super::buffer::{Buffer, Kind};
 use crate::clock;
-use crate::report::Outcome;
 
 /// Writes every buffer's spans to `path`: per thread, ordered by start
 /// (and the longer first on a tie, so a parent precedes its child).
@@ -50,11 +49,7 @@ pub(super) fn write(path: &Path, buffers: &[Arc<Buffer>], epoch: u64) -> std::io
                 Micros(ts),
                 Micros(dur),
                 b.tid,
-                match s.outcome {
-                    Outcome::Completed => "completed",
-                    Outcome::Panicked => "panicked",
-                    Outcome::Failed => "failed",
-                }
+                s.outcome.as_str()
             );
             if matches!(s.kind, Kind::HostMemory | Kind::GpuMemory) {
                 let [entry, exit, peak] = s.bytes;
