@@ -10,8 +10,15 @@ use super::buffer::{Buffer, Kind};
 use crate::clock;
 
 /// Writes every buffer's spans to `path`: per thread, ordered by start
-/// (and the longer first on a tie, so a parent precedes its child).
-pub(super) fn write(path: &Path, buffers: &[Arc<Buffer>], epoch: u64) -> std::io::Result<()> {
+/// (and the longer first on a tie, so a parent precedes its child), with
+/// the dropped spans of these buffers and `dropped_elsewhere` (buffers no
+/// longer held) in `otherData.dropped_spans`.
+pub(super) fn write(
+    path: &Path,
+    buffers: &[Arc<Buffer>],
+    epoch: u64,
+    dropped_elsewhere: u64,
+) -> std::io::Result<()> {
     let pid = std::process::id();
     let mut out = String::with_capacity(1 << 16);
     out.push_str("{\"traceEvents\":[\n");
@@ -25,7 +32,7 @@ pub(super) fn write(path: &Path, buffers: &[Arc<Buffer>], epoch: u64) -> std::io
     );
     string(&mut out, &process);
     out.push_str("}}");
-    let mut dropped = 0;
+    let mut dropped = dropped_elsewhere;
     for b in buffers {
         dropped += b.dropped();
         let _ = write!(
