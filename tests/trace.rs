@@ -163,23 +163,23 @@ fn a_full_buffer_drops_the_oldest_and_counts_them() {
 fn an_exited_threads_buffer_is_freed_once_written() {
     let _s = serial();
     trace::start();
-    let before = trace::memory_used();
     std::thread::Builder::new()
         .name("trace-gone".into())
         .spawn(|| scoped!(timed("trace::gone") => ()))
         .unwrap()
         .join()
         .unwrap();
-    assert!(
-        trace::memory_used() > before,
-        "the exited thread's chunk is held"
-    );
+    // Threads of earlier tests (a runtime's workers) may still be freeing
+    // buffers of earlier recordings: figures relative to one chunk only.
+    let chunk = 1024 * 56;
+    let held = trace::memory_used();
+    assert!(held >= chunk, "the exited thread's chunk is held");
     trace::stop();
     let path = temp("gone.json");
     trace::write_chrome(&path).unwrap();
     let (x, _) = events(&path);
     assert_eq!(named(&x, "trace::gone").len(), 1, "written");
-    assert_eq!(trace::memory_used(), before, "then freed");
+    assert!(trace::memory_used() + chunk <= held, "then freed");
     trace::write_chrome(&path).unwrap();
     let (x, _) = events(&path);
     std::fs::remove_file(&path).unwrap();
