@@ -6,7 +6,7 @@
 CARGO ?= cargo
 BOOTSTRAP := scripts/bootstrap-libtorch.sh
 
-.PHONY: all libtorch demo test test-downstream test-downstream-pytorch test-oldest gpu-bundle gpu-bundle-smoke lint fmt bench clean-libtorch fuzz-long stress asan
+.PHONY: all libtorch demo test test-downstream test-downstream-pytorch test-oldest gpu-bundle gpu-bundle-smoke lint fmt bench soak clean-libtorch fuzz-long stress asan
 
 all: test
 
@@ -84,6 +84,13 @@ fmt:
 # into docs/benchmarks.md and target/bench/results.md (scripts/bench/run.sh).
 bench: libtorch
 	CARGO="$(CARGO)" bash scripts/bench/run.sh
+
+# Long uptimes (issue 26), not part of `make test`: 8 threads x 10M timed
+# runs over 100 names (resident memory must grow < 1 MiB), then 100 000
+# run-time names, and report() over 100 000 rows; writes docs/soak.md.
+SOAK_RUNS ?= 10000000
+soak: libtorch
+	SOAK_RUNS=$(SOAK_RUNS) $(CARGO) bench -p tch-scope --bench soak -- --write $(abspath docs/soak.md)
 
 # Hardening (issue 10). `make test` runs these at CI size: 10 000 fuzz
 # cases, 8 threads x 100 000 scopes (sync and async).

@@ -139,14 +139,14 @@ fn nested_timed_functions_nest_in_the_written_trace() {
 #[test]
 fn a_full_buffer_drops_the_oldest_and_counts_them() {
     let _s = serial();
-    trace::set_capacity(4);
+    trace::set_capacity(4).unwrap();
     trace::start();
     for _ in 0..10 {
         scoped!(timed("trace::many") => ());
     }
     scoped!(timed("trace::last") => ());
     trace::stop();
-    trace::set_capacity(1 << 20);
+    trace::set_capacity(1 << 20).unwrap();
     assert_eq!(trace::dropped(), 7);
     let path = temp("dropped.json");
     trace::write_chrome(&path).unwrap();
@@ -155,6 +155,98 @@ fn a_full_buffer_drops_the_oldest_and_counts_them() {
     assert_eq!(x.len(), 4);
     assert_eq!(named(&x, "trace::last").len(), 1, "the newest is kept");
     assert_eq!(json["otherData"]["dropped_spans"], 7);
+}
+
+/// Issue 26: a thread's buffer is freed once a write has it, and the
+/// process-wide memory limit drops (and counts) the oldest spans.
+#[test]
+fn an_exited_threads_buffer_is_freed_once_written() {
+    let _s = serial();
+    trace::start();
+    std::thread::Builder::new()
+        .name("trace-gone".into())
+        .spawn(|| scoped!(timed("trace::gone") => ()))
+        .unwrap()
+        .join()
+        .unwrap();
+    // Threads of earlier tests (a runtime's workers) may still be freeing
+    // buffers of earlier recordings: figures relative to one chunk only.
+    let chunk = 1024 * 56;
+    let held = trace::memory_used();
+    assert!(held >= chunk, "the exited thread's chunk is held");
+    trace::stop();
+    let path = temp("gone.json");
+    trace::write_chrome(&path).unwrap();
+    let (x, _) = events(&path);
+    assert_eq!(named(&x, "trace::gone").len(), 1, "written");
+    assert!(trace::memory_used() + chunk <= held, "then freed");
+    trace::write_chrome(&path).unwrap();
+    let (x, _) = events(&path);
+    std::fs::remove_file(&path).unwrap();
+    assert!(named(&x, "trace::gone").is_empty(), "not in a second write");
+    assert_eq!(trace::dropped(), 0, "written spans are not dropped ones");
+}
+
+#[test]
+fn the_memory_limit_frees_exited_threads_then_wraps_the_oldest() {
+    let _s = serial();
+    trace::start();
+    // A chunk (1024 spans) for this thread, then the limit at what is used.
+    for _ in 0..10 {
+        scoped!(timed("trace::mine") => ());
+    }
+    let mine = trace::memory_used();
+    std::thread::spawn(|| scoped!(timed("trace::exited") => ()))
+        .join()
+        .unwrap();
+    let chunk = trace::memory_used() - mine;
+    trace::set_memory_limit(mine + chunk);
+    // A live thread needing a chunk: the exited thread's is freed for it.
+    std::thread::spawn(move || {
+        scoped!(timed("trace::live") => ());
+        assert_eq!(trace::memory_used(), mine + chunk, "never past the limit");
+    })
+    .join()
+    .unwrap();
+    assert_eq!(trace::dropped(), 1, "the exited thread's span, counted");
+    // This thread past its one chunk: it frees the (now exited) live
+    // thread's buffer for a second chunk, then has no room left and wraps.
+    for _ in 0..3000 {
+        scoped!(timed("trace::mine") => ());
+    }
+    trace::stop();
+    trace::set_memory_limit(512 << 20);
+    assert_eq!(trace::memory_used(), mine + chunk);
+    assert_eq!(
+        trace::dropped(),
+        2 + (3010 - 2048),
+        "then this thread's oldest"
+    );
+    let path = temp("limit.json");
+    trace::write_chrome(&path).unwrap();
+    let (x, json) = events(&path);
+    std::fs::remove_file(&path).unwrap();
+    assert!(named(&x, "trace::exited").is_empty());
+    assert!(named(&x, "trace::live").is_empty());
+    assert_eq!(named(&x, "trace::mine").len(), 2048, "the newest kept");
+    assert_eq!(json["otherData"]["dropped_spans"], 2 + 3010 - 2048);
+}
+
+#[test]
+fn a_capacity_over_the_memory_limit_is_refused() {
+    let _s = serial();
+    let was = trace::capacity();
+    trace::set_memory_limit(1 << 20);
+    let e = trace::set_capacity(1 << 20).unwrap_err();
+    trace::set_memory_limit(512 << 20);
+    assert_eq!(e.requested(), 1 << 20);
+    assert_eq!(e.max(), (1 << 20) / 56);
+    assert!(e.to_string().contains("set_memory_limit"), "{e}");
+    assert_eq!(trace::capacity(), was, "unchanged");
+    assert!(
+        trace::set_capacity(usize::MAX).is_err(),
+        "no abort in a Drop later"
+    );
 }
 
 #[test]

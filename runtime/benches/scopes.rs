@@ -71,11 +71,11 @@ fn others(c: &mut Criterion) {
     // Issue 18: with the timeline recording every span (the ring buffer
     // wraps, so the cost is steady), and with measuring switched off.
     g.bench_function("tch_scope_traced", |b| {
-        tch_scope::trace::set_capacity(1 << 16);
+        tch_scope::trace::set_capacity(1 << 16).unwrap();
         tch_scope::trace::start();
         b.iter(|| scoped!(timed => black_box(1)));
         tch_scope::trace::stop();
-        tch_scope::trace::set_capacity(1 << 20);
+        tch_scope::trace::set_capacity(1 << 20).unwrap();
     });
     g.bench_function("tch_scope_disabled", |b| {
         tch_scope::report::set_enabled(false);

@@ -211,6 +211,13 @@ pub(crate) fn report(scope: impl Into<Cow<'static, str>>, reason: impl std::fmt:
     report_error(ExitError::new(scope, reason.to_string()));
 }
 
+/// Hands `error` to the hook whatever this thread is doing: a notice that
+/// is no failure of the scope being left (the bound on measurement names),
+/// so a `try_scoped!` on its success path must not return it as an `Err`.
+pub(crate) fn notify(error: ExitError) {
+    to_hook(&error);
+}
+
 fn report_error(error: ExitError) {
     if STATE.get() != IDLE && !std::thread::panicking() {
         STATE.set(CAUGHT);

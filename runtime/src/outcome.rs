@@ -65,6 +65,21 @@ impl Outcome {
         }
     }
 
+    /// The outcome as one lower-case word: `completed`, `panicked` or
+    /// `failed` (as serde writes it, the trace's `args.outcome`, and the
+    /// `outcome` label of the `metrics` feature).
+    ///
+    /// ```
+    /// assert_eq!(tch_scope::Outcome::Panicked.as_str(), "panicked");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Panicked => "panicked",
+            Outcome::Failed => "failed",
+        }
+    }
+
     /// `Panicked` while unwinding, else `seen`.
     #[inline]
     pub(crate) fn at_exit_or(seen: Outcome) -> Self {

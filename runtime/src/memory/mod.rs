@@ -19,7 +19,7 @@ pub use gpu::{GpuMemory, GpuMemoryGuard};
 pub use host::{HostMemory, HostMemoryGuard};
 
 use crate::report::{self, Measurement, MemoryReport};
-use crate::trace::{self, Kind, Span};
+use crate::trace::{self, Kind, SpanRecord};
 
 thread_local! {
     static LAST: RefCell<Option<MemoryReport>> = const { RefCell::new(None) };
@@ -50,7 +50,7 @@ fn trace_start() -> Option<u64> {
 /// scope was entered while it recorded).
 fn finish(r: MemoryReport, start: Option<u64>, kind: Kind) {
     if let Some(start) = start {
-        trace::push(&Span {
+        trace::push(&SpanRecord {
             kind,
             name: trace::intern(r.name),
             start,

@@ -57,6 +57,7 @@ fn finish(run: Pending) {
     };
     let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
     record_time(run.site, ns, run.outcome);
+    super::record_time_metrics(run.site, ns, run.outcome);
     publish(|| Measurement::Time {
         name: run.site.name(),
         elapsed,

@@ -4,17 +4,41 @@
 //! [`report()`] as a table (`Display`) or as data (`serde::Serialize`);
 //! (b) a `tracing` event (target `tch_scope`) when the `tracing` feature is
 //! on, inside the scope's own `tracing` span (`timed`, `memory_scope`,
-//! `gpu_memory_scope`, and `record` too, entered and exited with the scope); (c) the callback set with [`set_callback`], if any. Nothing prints by
-//! default.
+//! `gpu_memory_scope`, and `record` too, entered and exited with the scope); (c) the callback set with [`set_callback`], if any; (d) with the
+//! `metrics` feature, the [`metrics`](https://docs.rs/metrics) facade (see
+//! below). Nothing prints by default.
+//!
+//! # Bounds
+//! Rows are per distinct name, and names made at run time can come
+//! without end: past [`name_limit`] distinct names (default
+//! [`DEFAULT_NAME_LIMIT`]), new names count in one row named [`OTHER`] and
+//! the exit hook hears of it once ([`set_name_limit`]). Histogram buckets
+//! are `u64` (they do not saturate), and [`report()`] groups its rows by a
+//! hash map and one sort.
+//!
+//! # The `metrics` feature
+//! Every `timed` run is also recorded, in seconds (`f64`), into the
+//! histogram `tch_scope_timed_seconds` with the labels `name` (the row's
+//! name: [`OTHER`] past the bound) and `outcome` (`completed`, `panicked`
+//! or `failed`: [`Outcome::as_str`]); every memory scope records its peak
+//! growth (peak − at entry, bytes) into `tch_scope_memory_bytes` with the
+//! labels `name`, `device` (`cpu`, `cuda:N`) and `outcome`. The
+//! application installs the recorder (an exporter such as
+//! `metrics-exporter-prometheus`); without one, the facade drops them.
+//! Without the feature, none of this is compiled.
 
 pub(crate) mod events;
 mod histogram;
 mod memory;
+#[cfg(feature = "metrics")]
+mod metrics;
+mod names;
 mod registry;
 mod shard;
 mod table;
 mod totals;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -23,6 +47,7 @@ use serde::Serialize;
 
 pub use crate::outcome::Outcome;
 pub use memory::MemoryReport;
+pub use names::{DEFAULT_NAME_LIMIT, OTHER, name_limit, set_name_limit};
 pub use registry::Site;
 pub(crate) use registry::{lock, record_time};
 
@@ -187,7 +212,11 @@ impl Report {
     /// assert_eq!(r.timing("doc_report_timing").unwrap().count, 1);
     /// ```
     pub fn timing(&self, name: &str) -> Option<&TimingSummary> {
-        self.timings.iter().find(|t| t.name == name)
+        // Sorted by name (as `report()` makes it): a binary search.
+        self.timings
+            .binary_search_by(|t| t.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.timings[i])
     }
 
     /// The memory row for `name`, if it ran.
@@ -197,28 +226,63 @@ impl Report {
     /// assert!(tch_scope::report().memory("doc_report_memory").is_some());
     /// ```
     pub fn memory(&self, name: &str) -> Option<&MemorySummary> {
-        self.memory.iter().find(|m| m.name == name)
+        self.memory
+            .binary_search_by(|m| m.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.memory[i])
     }
 }
 
-static MEMORY: Mutex<Vec<MemorySummary>> = Mutex::new(Vec::new());
+/// Memory rows by name (a hash map: a scope's lookup does not grow with
+/// the number of names).
+static MEMORY: Mutex<Option<HashMap<&'static str, MemorySummary>>> = Mutex::new(None);
 
+/// Adds `r` to its name's row ([`OTHER`] past the bound on names), and
+/// hands it to the `metrics` facade with the feature.
 pub(crate) fn record_memory(r: &MemoryReport) {
-    let mut all = lock(&MEMORY);
     let growth = r.peak_growth();
-    match all.iter_mut().find(|m| m.name == r.name) {
-        Some(m) => {
-            m.count += 1;
-            m.max_peak_growth = m.max_peak_growth.max(growth);
-            m.last = r.clone();
-        }
-        None => all.push(MemorySummary {
-            name: r.name.to_owned(),
-            count: 1,
-            max_peak_growth: growth,
-            last: r.clone(),
-        }),
+    let row = {
+        let mut all = lock(&MEMORY);
+        let all = all.get_or_insert_with(HashMap::new);
+        let row = if all.contains_key(r.name) || names::admit(r.name) {
+            r.name
+        } else {
+            OTHER
+        };
+        all.entry(row)
+            .and_modify(|m| {
+                m.count += 1;
+                m.max_peak_growth = m.max_peak_growth.max(growth);
+                m.last = r.clone();
+            })
+            .or_insert_with(|| MemorySummary {
+                name: row.to_owned(),
+                count: 1,
+                max_peak_growth: growth,
+                last: r.clone(),
+            });
+        row
+    };
+    if row != r.name {
+        let word = if r.device == "cpu" {
+            "memory_scope"
+        } else {
+            "gpu_memory_scope"
+        };
+        names::refused(word, r.name);
     }
+    #[cfg(feature = "metrics")]
+    metrics::memory(row, &r.device, growth, r.outcome);
+}
+
+/// Hands one `timed` run to the `metrics` facade (with the feature; else
+/// nothing, and nothing is compiled).
+#[inline(always)]
+pub(crate) fn record_time_metrics(site: &Site, ns: u64, outcome: Outcome) {
+    #[cfg(feature = "metrics")]
+    metrics::time(site.row_name(), ns, outcome);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (site, ns, outcome);
 }
 
 /// Everything recorded so far, across all threads.
@@ -260,8 +324,11 @@ pub fn report() -> Report {
                 }
             })
             .collect();
-    let mut memory = lock(&MEMORY).clone();
-    memory.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut memory: Vec<MemorySummary> = lock(&MEMORY)
+        .as_ref()
+        .map(|m| m.values().cloned().collect())
+        .unwrap_or_default();
+    memory.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     Report { timings, memory }
 }
 
@@ -272,7 +339,7 @@ pub fn report() -> Report {
 /// ```
 pub fn reset() {
     registry::clear_times();
-    lock(&MEMORY).clear();
+    *lock(&MEMORY) = None;
 }
 
 static ENABLED: AtomicBool = AtomicBool::new(true);

@@ -4,12 +4,16 @@
 //! without a lock (see [`super::shard`]); the call site's id is assigned
 //! once and cached in the site's static, so no name is hashed either. A
 //! thread's shard is merged into the retired totals when the thread exits.
+//!
+//! Id 0 is the row [`OTHER`]: a site whose name came past the bound on
+//! distinct names ([`super::names`]) is given it at its first run.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::Outcome;
+use super::names::{self, OTHER};
 use super::shard::{self, Shard};
 use super::totals::{Slots, TimeStats, add};
 
@@ -30,7 +34,15 @@ pub struct Site {
     id: AtomicUsize,
 }
 
+/// Each id's row name (id 0: [`OTHER`]).
 static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+/// The id of the row [`OTHER`].
+const OTHER_ID: usize = 0;
+/// Where [`Site::named`] sends names past the bound.
+static OTHER_SITE: Site = Site {
+    name: OTHER,
+    id: AtomicUsize::new(OTHER_ID + 1),
+};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves plain counters
@@ -52,17 +64,30 @@ impl Site {
     }
 
     /// The site for `name`, made on first use (a lock and a lookup: for
-    /// code that has no `static` of its own).
+    /// code that has no `static` of its own). Past the bound on distinct
+    /// names ([`set_name_limit`](super::set_name_limit)), a name not seen
+    /// before gets the one shared site named [`OTHER`] (`"other"`): no
+    /// site is made for it.
     ///
     /// ```
     /// assert_eq!(tch_scope::report::Site::named("epoch").name(), "epoch");
     /// ```
     pub fn named(name: &'static str) -> &'static Site {
         static BY_NAME: Mutex<Option<HashMap<&'static str, &'static Site>>> = Mutex::new(None);
-        let mut map = lock(&BY_NAME);
-        map.get_or_insert_with(HashMap::new)
-            .entry(name)
-            .or_insert_with(|| Box::leak(Box::new(Site::new(name))))
+        {
+            let mut map = lock(&BY_NAME);
+            let map = map.get_or_insert_with(HashMap::new);
+            if let Some(site) = map.get(name) {
+                return site;
+            }
+            if names::admit(name) {
+                return map
+                    .entry(name)
+                    .or_insert_with(|| Box::leak(Box::new(Site::new(name))));
+            }
+        }
+        names::refused("timed", name);
+        &OTHER_SITE
     }
 
     /// The name measurements are recorded under.
@@ -87,19 +112,45 @@ impl Site {
         }
     }
 
+    /// The name of the row this site's runs count in: its own, or
+    /// [`OTHER`] when it came past the bound on distinct names.
+    #[inline]
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn row_name(&self) -> &'static str {
+        if self.id() == OTHER_ID {
+            OTHER
+        } else {
+            self.name
+        }
+    }
+
     #[cold]
     fn register(&self) -> usize {
-        let mut names = lock(&NAMES);
-        // Checked again under the lock: another thread may have won.
-        match self.id.load(Ordering::Acquire) {
-            0 => {
-                names.push(self.name);
-                let id = names.len() - 1;
-                self.id.store(id + 1, Ordering::Release);
-                id
+        let (id, admitted) = {
+            let mut names = lock(&NAMES);
+            if names.is_empty() {
+                names.push(OTHER);
             }
-            n => n - 1,
+            // Checked again under the lock: another thread may have won.
+            match self.id.load(Ordering::Acquire) {
+                0 => {
+                    let admitted = names::admit(self.name);
+                    let id = if admitted {
+                        names.push(self.name);
+                        names.len() - 1
+                    } else {
+                        OTHER_ID
+                    };
+                    self.id.store(id + 1, Ordering::Release);
+                    (id, admitted)
+                }
+                n => return n - 1,
+            }
+        };
+        if !admitted {
+            names::refused("timed", self.name);
         }
+        id
     }
 }
 
@@ -142,24 +193,36 @@ pub(crate) fn record_time(site: &Site, ns: u64, outcome: Outcome) {
     }
 }
 
-/// Every site's totals, merged across threads, grouped by name.
+/// Every site's totals, merged across threads, grouped by name (a hash
+/// map, then one sort: O(n log n) in names).
 pub(crate) fn time_totals() -> Vec<(&'static str, TimeStats)> {
     let mut all = lock(&RETIRED).clone();
     for shard in lock(&SHARDS).iter() {
         shard.load_into(&mut all);
     }
     let names = lock(&NAMES).clone();
-    let mut by_name: Vec<(&'static str, TimeStats)> = Vec::new();
+    let mut by_name: HashMap<&'static str, TimeStats> = HashMap::new();
     for (id, s) in all.into_iter().enumerate() {
-        let (Some(s), Some(&name)) = (s, names.get(id)) else {
+        let name = if id == OTHER_ID {
+            OTHER
+        } else {
+            match names.get(id) {
+                Some(&name) => name,
+                None => continue,
+            }
+        };
+        let Some(s) = s else {
             continue;
         };
-        match by_name.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, t)) => t.merge(&s),
-            None => by_name.push((name, s)),
+        match by_name.entry(name) {
+            std::collections::hash_map::Entry::Occupied(mut t) => t.get_mut().merge(&s),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(s);
+            }
         }
     }
-    by_name.sort_by(|a, b| a.0.cmp(b.0));
+    let mut by_name: Vec<(&'static str, TimeStats)> = by_name.into_iter().collect();
+    by_name.sort_unstable_by(|a, b| a.0.cmp(b.0));
     by_name
 }
 

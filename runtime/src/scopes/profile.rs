@@ -21,7 +21,7 @@ use std::ffi::{CString, c_char, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::trace::{self, Kind, Span};
+use crate::trace::{self, Kind, SpanRecord};
 use crate::{Scope, ScopeError, clock, durable, ffi};
 
 unsafe extern "C" {
@@ -210,7 +210,7 @@ impl Scope for Record {
 impl Drop for RecordGuard {
     fn drop(&mut self) {
         if let Some((name, start)) = self.span {
-            trace::push(&Span {
+            trace::push(&SpanRecord {
                 kind: Kind::Record,
                 name,
                 start,

@@ -27,7 +27,7 @@ use tch::Device;
 use crate::Scope;
 use crate::cuda::{Event, Stream};
 use crate::report::{self, Measurement, Outcome, Site};
-use crate::trace::{self, Kind, Span};
+use crate::trace::{self, Kind, SpanRecord};
 use crate::{clock, cuda};
 
 /// When a [`Timed`] scope synchronises the device.
@@ -333,8 +333,9 @@ impl Run {
         let ns = clock::nanos(self.start, end);
         let outcome = self.outcome();
         report::record_time(self.site, ns, outcome);
+        report::record_time_metrics(self.site, ns, outcome);
         if trace::recording() {
-            trace::push(&Span {
+            trace::push(&SpanRecord {
                 kind: Kind::Timed,
                 name: self.site.name_ref(),
                 start: self.start,

@@ -8,13 +8,24 @@
 //! `Acquire` sees every slot below it complete. Fields are atomics so a
 //! reader racing the owner's wrap-around (a trace written while recording)
 //! reads an old or a new value, never undefined behaviour.
+//!
+//! Every chunk is reserved from the process-wide budget
+//! ([`super::budget`]) first. When the budget is spent, the buffer asks its
+//! caller to make room (the trace frees a buffer of an exited thread);
+//! failing that, the ring shrinks to the chunks it already has, so the
+//! thread keeps its newest spans and drops (and counts) its oldest.
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
+use super::budget::Budget;
 use crate::report::Outcome;
 
 /// Spans per chunk (56 KiB).
 const CHUNK: usize = 1024;
+/// Bytes of one slot (one span).
+pub(crate) const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
+/// Bytes of one chunk, as reserved from the budget.
+const CHUNK_BYTES: usize = CHUNK * SLOT_BYTES;
 /// How many slots ahead a push asks the cache for: the ring streams
 /// through memory, and a slot not yet in cache costs the push a miss.
 const AHEAD: usize = 4;
@@ -83,9 +94,11 @@ fn outcome_from_u8(v: u8) -> Outcome {
     }
 }
 
-/// One finished span, as recorded.
+/// One finished span of a scope (its kind, name, start and end, outcome
+/// and bytes), as a thread records it into its buffer and the trace
+/// writer reads it back: a record, not a live span (nothing is entered).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Span {
+pub(crate) struct SpanRecord {
     pub kind: Kind,
     /// One word, so a slot's name can't tear (see `super::intern`).
     pub name: &'static &'static str,
@@ -112,38 +125,83 @@ pub(crate) struct Buffer {
     /// The OS thread id, as Chrome traces and libtorch's profiler show it.
     pub tid: u64,
     pub thread_name: String,
-    cap: usize,
+    /// Slots in the ring: as asked, or fewer once the budget was spent
+    /// (lowered once, by the owner, when it wraps early).
+    cap: AtomicUsize,
     /// Spans pushed so far (more than `cap` once the oldest were dropped).
     written: AtomicU64,
+    /// Spans that found no slot at all (no chunk and no budget).
+    lost: AtomicU64,
+    /// Set when the owner thread exited: no span comes after.
+    exited: AtomicBool,
+    /// Where its chunks are reserved.
+    budget: &'static Budget,
     chunks: Box<[AtomicPtr<Slot>]>,
 }
 
 impl Buffer {
-    pub(crate) fn new(cap: usize, tid: u64, thread_name: String) -> Self {
+    pub(crate) fn new(cap: usize, tid: u64, thread_name: String, budget: &'static Budget) -> Self {
         let cap = cap.max(1);
         Self {
             tid,
             thread_name,
-            cap,
+            cap: AtomicUsize::new(cap),
             written: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            exited: AtomicBool::new(false),
+            budget,
             chunks: (0..cap.div_ceil(CHUNK))
                 .map(|_| AtomicPtr::default())
                 .collect(),
         }
     }
 
+    /// Slots in the ring now.
+    #[cfg(test)]
     pub(crate) fn cap(&self) -> usize {
-        self.cap
+        self.cap.load(Ordering::Relaxed)
     }
 
-    /// Writes `s` at ring position `pos` (`< cap`), the owner's cursor.
+    /// Marks the owner thread gone: no span comes after.
+    pub(crate) fn set_exited(&self) {
+        self.exited.store(true, Ordering::Release);
+    }
+
+    /// Whether the owner thread is gone.
+    pub(crate) fn exited(&self) -> bool {
+        self.exited.load(Ordering::Acquire)
+    }
+
+    /// Spans pushed so far, kept or not.
+    pub(crate) fn written(&self) -> u64 {
+        self.written.load(Ordering::Acquire) + self.lost.load(Ordering::Relaxed)
+    }
+
+    /// Writes `s` at ring position `pos` (`< cap`), the owner's cursor,
+    /// and returns the next position. When the slot's chunk is not there
+    /// and the budget has no room even after `make_room` (which frees
+    /// what it can and says whether it did), the ring shrinks to the
+    /// chunks it has and `s` goes to position 0, over the oldest span.
     /// Only the owning thread calls this.
     #[inline]
-    pub(crate) fn push(&self, pos: usize, s: &Span) {
+    pub(crate) fn push(&self, pos: usize, s: &SpanRecord, make_room: fn() -> bool) -> usize {
+        let mut pos = pos;
         let chunk = &self.chunks[pos / CHUNK];
         let mut base = chunk.load(Ordering::Relaxed);
         if base.is_null() {
-            base = self.grow(chunk);
+            match self.grow(chunk, make_room) {
+                Some(b) => base = b,
+                None => match self.shrink(pos) {
+                    Some(b) => {
+                        pos = 0;
+                        base = b;
+                    }
+                    None => {
+                        self.lost.fetch_add(1, Ordering::Relaxed);
+                        return 0;
+                    }
+                },
+            }
         }
         // SAFETY: `base` is a live chunk of CHUNK slots (freed only with
         // the buffer), and `pos % CHUNK < CHUNK`.
@@ -163,27 +221,55 @@ impl Buffer {
         let n = self.written.load(r);
         self.written.store(n + 1, Ordering::Release);
         prefetch_for_write(base, pos % CHUNK + AHEAD);
+        if pos + 1 == self.cap.load(r) {
+            0
+        } else {
+            pos + 1
+        }
     }
 
+    /// A new chunk, if the budget has room for it (after `make_room`, as
+    /// long as that frees something).
     #[cold]
-    fn grow(&self, chunk: &AtomicPtr<Slot>) -> *mut Slot {
+    fn grow(&self, chunk: &AtomicPtr<Slot>, make_room: fn() -> bool) -> Option<*mut Slot> {
+        while !self.budget.reserve(CHUNK_BYTES) {
+            if !make_room() {
+                return None;
+            }
+        }
         let slots: Box<[Slot]> = (0..CHUNK).map(|_| Slot::default()).collect();
         let p = Box::into_raw(slots).cast::<Slot>();
         chunk.store(p, Ordering::Release);
-        p
+        Some(p)
     }
 
-    /// How many spans were dropped to make room (the oldest).
+    /// The budget is spent at `pos`, the start of a chunk not yet made:
+    /// the ring becomes the `pos` slots made so far (`None` if none). Up to
+    /// here the ring never wrapped, so `written == pos`: readers' `written
+    /// % cap` stays the oldest slot.
+    #[cold]
+    fn shrink(&self, pos: usize) -> Option<*mut Slot> {
+        if pos == 0 {
+            return None;
+        }
+        // Release, before `written` passes it: a reader that sees the
+        // larger count sees the smaller ring.
+        self.cap.store(pos, Ordering::Release);
+        Some(self.chunks[0].load(Ordering::Relaxed))
+    }
+
+    /// How many spans were dropped to make room (the oldest), or found no
+    /// room at all.
     pub(crate) fn dropped(&self) -> u64 {
-        self.written
-            .load(Ordering::Acquire)
-            .saturating_sub(self.cap as u64)
+        let written = self.written.load(Ordering::Acquire);
+        written.saturating_sub(self.cap.load(Ordering::Acquire) as u64)
+            + self.lost.load(Ordering::Relaxed)
     }
 
     /// The spans kept, oldest first.
-    pub(crate) fn spans(&self) -> Vec<Span> {
+    pub(crate) fn spans(&self) -> Vec<SpanRecord> {
         let written = self.written.load(Ordering::Acquire);
-        let cap = self.cap as u64;
+        let cap = self.cap.load(Ordering::Acquire) as u64;
         let (first, n) = if written > cap {
             (written % cap, cap)
         } else {
@@ -207,7 +293,7 @@ impl Buffer {
             ) else {
                 continue;
             };
-            out.push(Span {
+            out.push(SpanRecord {
                 kind,
                 name,
                 start: slot.start.load(r),
@@ -231,6 +317,7 @@ impl Drop for Buffer {
             if !p.is_null() {
                 // SAFETY: made by `grow` from a boxed slice of CHUNK slots.
                 drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, CHUNK)) });
+                self.budget.release(CHUNK_BYTES);
             }
         }
     }
@@ -240,8 +327,8 @@ impl Drop for Buffer {
 mod tests {
     use super::*;
 
-    fn span(i: u64) -> Span {
-        Span {
+    fn span(i: u64) -> SpanRecord {
+        SpanRecord {
             kind: Kind::Timed,
             name: &"s",
             start: i,
@@ -253,16 +340,75 @@ mod tests {
 
     #[test]
     fn keeps_the_newest_and_counts_the_dropped() {
-        let b = Buffer::new(CHUNK + 3, 1, "t".into());
+        static BUDGET: Budget = Budget::new(usize::MAX);
+        let b = Buffer::new(CHUNK + 3, 1, "t".into(), &BUDGET);
         let mut pos = 0;
         for i in 0..(CHUNK as u64 + 10) {
-            b.push(pos, &span(i));
-            pos = (pos + 1) % b.cap();
+            pos = b.push(pos, &span(i), || false);
         }
         let spans = b.spans();
         assert_eq!(spans.len(), CHUNK + 3);
         assert_eq!(b.dropped(), 7);
         assert_eq!(spans[0].start, 7, "the oldest kept is the eighth pushed");
         assert_eq!(spans.last().unwrap().start, CHUNK as u64 + 9);
+        drop(b);
+        assert_eq!(BUDGET.used(), 0, "a freed buffer gives its chunks back");
+    }
+
+    #[test]
+    fn a_spent_budget_shrinks_the_ring_to_its_chunks_and_drops_the_oldest() {
+        // Room for two chunks; the buffer would take four.
+        static BUDGET: Budget = Budget::new(2 * CHUNK_BYTES);
+        static ROOM_ASKED: AtomicU64 = AtomicU64::new(0);
+        fn no_room() -> bool {
+            ROOM_ASKED.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+        let b = Buffer::new(4 * CHUNK, 1, "t".into(), &BUDGET);
+        let n = 2 * CHUNK as u64 + 5;
+        let mut pos = 0;
+        for i in 0..n {
+            pos = b.push(pos, &span(i), no_room);
+        }
+        assert_eq!(BUDGET.used(), 2 * CHUNK_BYTES, "never past the limit");
+        assert_eq!(b.cap(), 2 * CHUNK, "the ring is the chunks it has");
+        assert_eq!(ROOM_ASKED.load(Ordering::Relaxed), 1, "asked once");
+        assert_eq!(b.dropped(), 5, "the oldest five, counted");
+        let spans = b.spans();
+        assert_eq!(spans.len(), 2 * CHUNK);
+        assert_eq!(spans[0].start, 5, "oldest kept");
+        assert_eq!(spans.last().unwrap().start, n - 1, "newest kept");
+        assert!(spans.windows(2).all(|w| w[0].start + 1 == w[1].start));
+        drop(b);
+        assert_eq!(BUDGET.used(), 0);
+    }
+
+    #[test]
+    fn with_no_room_at_all_spans_are_lost_and_counted() {
+        static BUDGET: Budget = Budget::new(CHUNK_BYTES - 1);
+        let b = Buffer::new(8, 1, "t".into(), &BUDGET);
+        let mut pos = 0;
+        for i in 0..3 {
+            pos = b.push(pos, &span(i), || false);
+        }
+        assert_eq!((b.spans().len(), b.dropped(), b.written()), (0, 3, 3));
+    }
+
+    #[test]
+    fn room_made_by_the_caller_is_used() {
+        static BUDGET: Budget = Budget::new(CHUNK_BYTES);
+        // Holds the budget's one chunk, as an exited thread's buffer would.
+        BUDGET.reserve(CHUNK_BYTES);
+        fn free_it() -> bool {
+            let had = BUDGET.used() > CHUNK_BYTES / 2 && BUDGET.used() == CHUNK_BYTES;
+            if had {
+                BUDGET.release(CHUNK_BYTES);
+            }
+            had
+        }
+        let b = Buffer::new(CHUNK, 1, "t".into(), &BUDGET);
+        b.push(0, &span(0), free_it);
+        assert_eq!((b.spans().len(), b.dropped()), (1, 0));
+        assert_eq!(BUDGET.used(), CHUNK_BYTES);
     }
 }

@@ -8,11 +8,17 @@ use std::sync::Arc;
 
 use super::buffer::{Buffer, Kind};
 use crate::clock;
-use crate::report::Outcome;
 
 /// Writes every buffer's spans to `path`: per thread, ordered by start
-/// (and the longer first on a tie, so a parent precedes its child).
-pub(super) fn write(path: &Path, buffers: &[Arc<Buffer>], epoch: u64) -> std::io::Result<()> {
+/// (and the longer first on a tie, so a parent precedes its child), with
+/// the dropped spans of these buffers and `dropped_elsewhere` (buffers no
+/// longer held) in `otherData.dropped_spans`.
+pub(super) fn write(
+    path: &Path,
+    buffers: &[Arc<Buffer>],
+    epoch: u64,
+    dropped_elsewhere: u64,
+) -> std::io::Result<()> {
     let pid = std::process::id();
     let mut out = String::with_capacity(1 << 16);
     out.push_str("{\"traceEvents\":[\n");
@@ -26,7 +32,7 @@ pub(super) fn write(path: &Path, buffers: &[Arc<Buffer>], epoch: u64) -> std::io
     );
     string(&mut out, &process);
     out.push_str("}}");
-    let mut dropped = 0;
+    let mut dropped = dropped_elsewhere;
     for b in buffers {
         dropped += b.dropped();
         let _ = write!(
@@ -50,11 +56,7 @@ pub(super) fn write(path: &Path, buffers: &[Arc<Buffer>], epoch: u64) -> std::io
                 Micros(ts),
                 Micros(dur),
                 b.tid,
-                match s.outcome {
-                    Outcome::Completed => "completed",
-                    Outcome::Panicked => "panicked",
-                    Outcome::Failed => "failed",
-                }
+                s.outcome.as_str()
             );
             if matches!(s.kind, Kind::HostMemory | Kind::GpuMemory) {
                 let [entry, exit, peak] = s.bytes;

@@ -28,11 +28,22 @@
 //!
 //! # Costs and bounds
 //! Each thread writes its spans into its own ring buffer, without locks or
-//! allocation (past its first span of a recording); timestamps come from the
-//! CPU's time-stamp counter. A thread keeps at most [`capacity`] spans
-//! (1 048 576 unless [`set_capacity`] says otherwise, 64 bytes each,
-//! allocated as used); past that the oldest are dropped and counted
+//! allocation (past its first span of a recording, and one allocation per
+//! 1024 spans until the ring is full); timestamps come from the CPU's
+//! time-stamp counter. A thread keeps at most [`capacity`] spans
+//! (1 048 576 unless [`set_capacity`] says otherwise, 56 bytes each,
+//! allocated as used); past that its oldest are dropped and counted
 //! ([`dropped`], and `otherData.dropped_spans` in the file).
+//!
+//! All threads' buffers together hold at most [`memory_limit`] bytes
+//! (512 MiB unless [`set_memory_limit`] says otherwise). A thread that
+//! needs more room first frees the buffer of a thread that has exited
+//! (oldest first; its spans count as dropped); failing that, its ring
+//! stops growing and wraps over its own oldest spans (dropped, counted).
+//! The buffer of an exited thread is freed once [`write_chrome`] has
+//! written it: a second write no longer holds that thread's spans.
+//! [`set_capacity`] refuses a capacity whose buffer alone would pass the
+//! limit.
 //!
 //! # `TCH_SCOPE_TRACE=path`
 //! With this variable set (and not empty), recording is on from the first
@@ -45,6 +56,7 @@
 //! aborted writes no trace. A [`start`] or [`stop`] of the program's own
 //! still applies; the file holds what was recorded at exit.
 
+mod budget;
 mod buffer;
 mod chrome;
 
@@ -55,8 +67,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use buffer::Buffer;
-pub(crate) use buffer::{Kind, Span};
+use buffer::{Buffer, SLOT_BYTES};
+pub(crate) use buffer::{Kind, SpanRecord};
 
 use crate::report::lock;
 
@@ -70,8 +82,12 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// The clock reading at [`start`]: time zero of the trace.
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 static CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_CAPACITY);
-/// Every buffer of the current recording, live threads' and finished ones'.
+/// Every buffer of the current recording, live threads' and finished ones'
+/// (exited threads' until written or freed for room), oldest first.
 static BUFFERS: Mutex<Vec<Arc<Buffer>>> = Mutex::new(Vec::new());
+/// Spans of the current recording dropped with buffers no longer in
+/// `BUFFERS` (freed for room, or written and freed).
+static DROPPED_GONE: AtomicU64 = AtomicU64::new(0);
 
 const DEFAULT_CAPACITY: usize = 1 << 20;
 /// `TCH_SCOPE_TRACE`, read once.
@@ -141,6 +157,7 @@ pub fn start() {
 fn start_now() {
     let mut all = lock(&BUFFERS);
     all.clear();
+    DROPPED_GONE.store(0, Ordering::Relaxed);
     EPOCH.store(crate::clock::now(), Ordering::Relaxed);
     GENERATION.fetch_add(1, Ordering::AcqRel);
     STATE.store(ON, Ordering::Release);
@@ -166,16 +183,111 @@ pub fn is_recording() -> bool {
     recording()
 }
 
-/// Sets how many spans each thread keeps, for buffers made from now on
-/// (each thread makes one at its first span after a [`start`]).
+/// A trace capacity refused by [`set_capacity`]: one thread's buffer would
+/// need more than the whole trace may hold ([`memory_limit`]).
 ///
 /// ```
-/// tch_scope::trace::set_capacity(4096);
-/// assert_eq!(tch_scope::trace::capacity(), 4096);
-/// tch_scope::trace::set_capacity(1 << 20);
+/// let e = tch_scope::trace::set_capacity(usize::MAX).unwrap_err();
+/// assert_eq!(e.requested(), usize::MAX);
+/// assert!(e.max() < usize::MAX);
 /// ```
-pub fn set_capacity(spans_per_thread: usize) {
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a trace capacity of {requested} spans per thread is over the bound of {max} spans \
+     ({SLOT_BYTES} bytes a span, trace memory limit {limit} bytes; \
+     tch_scope::trace::set_memory_limit raises it)"
+)]
+pub struct CapacityError {
+    requested: usize,
+    max: usize,
+    limit: usize,
+}
+
+impl CapacityError {
+    /// The capacity asked for, in spans per thread.
+    ///
+    /// ```
+    /// assert_eq!(tch_scope::trace::set_capacity(usize::MAX).unwrap_err().requested(), usize::MAX);
+    /// ```
+    pub fn requested(&self) -> usize {
+        self.requested
+    }
+
+    /// The largest capacity the current [`memory_limit`] allows.
+    ///
+    /// ```
+    /// let max = tch_scope::trace::set_capacity(usize::MAX).unwrap_err().max();
+    /// assert!(max >= 1 << 20);
+    /// ```
+    pub fn max(&self) -> usize {
+        self.max
+    }
+}
+
+/// The largest capacity the memory limit allows.
+fn max_capacity() -> usize {
+    budget::GLOBAL.limit() / SLOT_BYTES
+}
+
+/// Sets how many spans each thread keeps, for buffers made from now on
+/// (each thread makes one at its first span after a [`start`]); 0 counts
+/// as 1.
+///
+/// # Errors
+/// [`CapacityError`] (and nothing changes) when one thread's buffer of
+/// that many spans would pass [`memory_limit`].
+///
+/// ```
+/// tch_scope::trace::set_capacity(4096).unwrap();
+/// assert_eq!(tch_scope::trace::capacity(), 4096);
+/// assert!(tch_scope::trace::set_capacity(usize::MAX).is_err());
+/// assert_eq!(tch_scope::trace::capacity(), 4096);
+/// tch_scope::trace::set_capacity(1 << 20).unwrap();
+/// ```
+pub fn set_capacity(spans_per_thread: usize) -> Result<(), CapacityError> {
+    let max = max_capacity();
+    if spans_per_thread > max {
+        return Err(CapacityError {
+            requested: spans_per_thread,
+            max,
+            limit: budget::GLOBAL.limit(),
+        });
+    }
     CAPACITY.store(spans_per_thread.max(1), Ordering::Relaxed);
+    Ok(())
+}
+
+/// Sets how many bytes of spans the trace may hold, all threads together
+/// (default 512 MiB). A lower limit frees nothing already held; buffers
+/// stop growing until they are under it. Values below one chunk (1024
+/// spans) count as one chunk.
+///
+/// ```
+/// tch_scope::trace::set_memory_limit(1 << 30);
+/// assert_eq!(tch_scope::trace::memory_limit(), 1 << 30);
+/// tch_scope::trace::set_memory_limit(512 << 20);
+/// ```
+pub fn set_memory_limit(bytes: usize) {
+    budget::GLOBAL.set_limit(bytes.max(1024 * SLOT_BYTES));
+}
+
+/// Bytes of spans the trace may hold, all threads together (see
+/// [`set_memory_limit`]).
+///
+/// ```
+/// assert!(tch_scope::trace::memory_limit() >= 1024);
+/// ```
+pub fn memory_limit() -> usize {
+    budget::GLOBAL.limit()
+}
+
+/// Bytes of span buffers allocated now, all threads together.
+///
+/// ```
+/// assert!(tch_scope::trace::memory_used() <= tch_scope::trace::memory_limit());
+/// ```
+pub fn memory_used() -> usize {
+    budget::GLOBAL.used()
 }
 
 /// Spans a thread keeps before dropping its oldest (default 1 048 576).
@@ -193,13 +305,15 @@ pub fn capacity() -> usize {
 /// let _ = tch_scope::trace::dropped();
 /// ```
 pub fn dropped() -> u64 {
-    lock(&BUFFERS).iter().map(|b| b.dropped()).sum()
+    let kept: u64 = lock(&BUFFERS).iter().map(|b| b.dropped()).sum();
+    kept + DROPPED_GONE.load(Ordering::Relaxed)
 }
 
 /// Writes the current recording as Chrome trace-event JSON to `path`
 /// (replaced atomically: a reader never sees half a file). Call it after
 /// [`stop`] for an exact picture; while recording, spans finished during
-/// the write may be missing.
+/// the write may be missing. Once written, the buffers of threads that had
+/// exited before the write are freed: a later write leaves their spans out.
 ///
 /// # Errors
 /// The error of creating, writing or renaming the file.
@@ -210,28 +324,78 @@ pub fn dropped() -> u64 {
 /// # std::fs::remove_file(&path).unwrap();
 /// ```
 pub fn write_chrome(path: impl AsRef<Path>) -> std::io::Result<()> {
-    let buffers = lock(&BUFFERS).clone();
+    let (buffers, gone) = {
+        let all = lock(&BUFFERS);
+        (all.clone(), DROPPED_GONE.load(Ordering::Relaxed))
+    };
+    // Exited before the write began: everything they hold goes in the file.
+    let exited: Vec<bool> = buffers.iter().map(|b| b.exited()).collect();
     let epoch = EPOCH.load(Ordering::Relaxed);
     let path = path.as_ref();
     let mut io_error = None;
     let replaced = crate::durable::replace(path, |tmp| {
-        chrome::write(tmp, &buffers, epoch).map_err(|e| {
+        chrome::write(tmp, &buffers, epoch, gone).map_err(|e| {
             let message = e.to_string();
             io_error = Some(e);
             message
         })
     });
     match (replaced, io_error) {
-        (Ok(()), _) => Ok(()),
+        (Ok(()), _) => {
+            let written = buffers.iter().zip(exited).filter(|&(_, e)| e);
+            release(written.map(|(b, _)| b));
+            Ok(())
+        }
         (Err(_), Some(e)) => Err(e),
         (Err(e), None) => Err(std::io::Error::other(e)),
     }
+}
+
+/// Takes `written` (buffers of exited threads, now in a file) out of the
+/// recording, keeping their dropped counts; freed as their last `Arc` goes.
+fn release<'a>(written: impl Iterator<Item = &'a Arc<Buffer>>) {
+    let mut all = lock(&BUFFERS);
+    for b in written {
+        if let Some(i) = all.iter().position(|a| Arc::ptr_eq(a, b)) {
+            let b = all.remove(i);
+            DROPPED_GONE.fetch_add(b.dropped(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Frees the oldest buffer of an exited thread, its spans counted as
+/// dropped: room for a live thread's newer spans. `false` when there is
+/// none.
+fn free_an_exited_buffer() -> bool {
+    let freed = {
+        let mut all = lock(&BUFFERS);
+        match all.iter().position(|b| b.exited()) {
+            Some(i) => {
+                let b = all.remove(i);
+                DROPPED_GONE.fetch_add(b.written(), Ordering::Relaxed);
+                b
+            }
+            None => return false,
+        }
+    };
+    // Freed here (outside the lock) unless a write holds it meanwhile.
+    drop(freed);
+    true
 }
 
 struct Local {
     generation: u64,
     pos: usize,
     buffer: Option<Arc<Buffer>>,
+}
+
+impl Drop for Local {
+    /// The thread is gone: its buffer can be freed once written.
+    fn drop(&mut self) {
+        if let Some(b) = &self.buffer {
+            b.set_exited();
+        }
+    }
 }
 
 thread_local! {
@@ -243,7 +407,7 @@ thread_local! {
 /// Appends a finished span to this thread's buffer (call only while
 /// [`recording`]; a span of a thread being torn down is lost).
 #[inline]
-pub(crate) fn push(span: &Span) {
+pub(crate) fn push(span: &SpanRecord) {
     let _ = LOCAL.try_with(|l| {
         let mut l = l.borrow_mut();
         let generation = GENERATION.load(Ordering::Acquire);
@@ -252,8 +416,7 @@ pub(crate) fn push(span: &Span) {
         }
         let Local { pos, buffer, .. } = &mut *l;
         if let Some(b) = buffer {
-            b.push(*pos, span);
-            *pos = if *pos + 1 == b.cap() { 0 } else { *pos + 1 };
+            *pos = b.push(*pos, span, free_an_exited_buffer);
         }
     });
 }
@@ -269,13 +432,18 @@ fn renew(l: &mut Local) {
     let name = std::thread::current()
         .name()
         .map_or_else(|| format!("thread {tid}"), str::to_owned);
-    let b = Arc::new(Buffer::new(CAPACITY.load(Ordering::Relaxed), tid, name));
+    let b = Arc::new(Buffer::new(
+        CAPACITY.load(Ordering::Relaxed),
+        tid,
+        name,
+        &budget::GLOBAL,
+    ));
     all.push(b.clone());
-    *l = Local {
-        generation,
-        pos: 0,
-        buffer: Some(b),
-    };
+    // Not `*l = …`: that would drop the old Local, marking its buffer (of
+    // an earlier recording, but this thread's) exited.
+    l.generation = generation;
+    l.pos = 0;
+    l.buffer = Some(b);
 }
 
 /// A name as one word: the same `&'static &'static str` for equal names,

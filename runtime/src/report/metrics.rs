@@ -1,0 +1,143 @@
+//! The `metrics` feature: each measurement into the `metrics` facade,
+//! for whichever recorder (exporter) the application installed.
+
+use super::Outcome;
+
+/// The histogram of `timed` runs, in seconds.
+pub(crate) const TIMED_SECONDS: &str = "tch_scope_timed_seconds";
+/// The histogram of memory scopes' peak growth, in bytes.
+pub(crate) const MEMORY_BYTES: &str = "tch_scope_memory_bytes";
+
+/// One `timed` run of `ns` nanoseconds, under the row `name`.
+#[inline(never)]
+pub(crate) fn time(name: &'static str, ns: u64, outcome: Outcome) {
+    ::metrics::histogram!(TIMED_SECONDS, "name" => name, "outcome" => outcome.as_str())
+        .record(ns as f64 * 1e-9);
+}
+
+/// One memory scope that grew by `bytes` at its peak, under the row `name`.
+pub(crate) fn memory(name: &'static str, device: &str, bytes: u64, outcome: Outcome) {
+    ::metrics::histogram!(
+        MEMORY_BYTES,
+        "name" => name,
+        "device" => device.to_owned(),
+        "outcome" => outcome.as_str()
+    )
+    .record(bytes as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use ::metrics::{
+        Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString,
+        Unit,
+    };
+
+    use super::{MEMORY_BYTES, TIMED_SECONDS};
+    use crate::{HostMemory, Scope, Timed};
+
+    /// (metric, labels, value) of every histogram value recorded.
+    type Values = Arc<Mutex<Vec<(String, Vec<(String, String)>, f64)>>>;
+
+    /// A recorder that keeps every histogram value.
+    #[derive(Default)]
+    struct Keep(Values);
+
+    struct One(Key, Values);
+
+    impl HistogramFn for One {
+        fn record(&self, v: f64) {
+            let labels = self
+                .0
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            self.1
+                .lock()
+                .unwrap()
+                .push((self.0.name().to_owned(), labels, v));
+        }
+    }
+
+    impl Recorder for Keep {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::from_arc(Arc::new(One(key.clone(), self.0.clone())))
+        }
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn timed_runs_and_memory_scopes_reach_the_installed_recorder() {
+        let keep = Keep::default();
+        ::metrics::with_local_recorder(&keep, || {
+            let g = Timed::new("metrics_unit_ok").enter().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            drop(g);
+            let mut g = Timed::new("metrics_unit_err").enter().unwrap();
+            g.mark_failed();
+            drop(g);
+            let panicked = std::panic::catch_unwind(|| {
+                let _g = Timed::new("metrics_unit_panic").enter().unwrap();
+                panic!("on purpose");
+            });
+            assert!(panicked.is_err());
+            drop(HostMemory::new("metrics_unit_mem").enter().unwrap());
+        });
+        let seen = keep.0.lock().unwrap().clone();
+        let find = |name: &str| {
+            seen.iter()
+                .find(|(_, l, _)| l.iter().any(|(k, v)| k == "name" && v == name))
+                .unwrap_or_else(|| panic!("no value for {name} in {seen:?}"))
+        };
+        let (metric, l, secs) = find("metrics_unit_ok");
+        assert_eq!(metric, TIMED_SECONDS);
+        assert_eq!(
+            *l,
+            labels(&[("name", "metrics_unit_ok"), ("outcome", "completed")])
+        );
+        assert!(
+            (0.002..60.0).contains(secs),
+            "seconds, as f64: {secs} for a 2 ms sleep"
+        );
+        assert_eq!(
+            find("metrics_unit_err").1[1],
+            labels(&[("outcome", "failed")])[0]
+        );
+        assert_eq!(
+            find("metrics_unit_panic").1[1],
+            labels(&[("outcome", "panicked")])[0]
+        );
+        let (metric, l, bytes) = find("metrics_unit_mem");
+        assert_eq!(metric, MEMORY_BYTES);
+        assert_eq!(
+            *l,
+            labels(&[
+                ("name", "metrics_unit_mem"),
+                ("device", "cpu"),
+                ("outcome", "completed")
+            ])
+        );
+        assert!(
+            *bytes >= 0.0 && bytes.fract() == 0.0,
+            "whole bytes: {bytes}"
+        );
+        assert_eq!(seen.len(), 4, "one value per run: {seen:?}");
+    }
+}
