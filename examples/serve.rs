@@ -60,6 +60,9 @@ const USAGE: &str = "usage: serve [--addr HOST:PORT] [--model PATH] [--workers N
 /// PyTorch: [n, 32] -> [n, 8], BatchNorm and Dropout, saved in training mode.
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/serve_mlp.pt");
 
+/// The longest budget a request may ask for (a day).
+const MAX_BUDGET_MS: u64 = 86_400_000;
+
 // ---- arguments -------------------------------------------------------------
 
 #[derive(Debug)]
@@ -101,7 +104,8 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--plain" => args.plain = true,
             "--body-limit" => args.body_limit = value(&flag, it.next())?,
             "--deadline-ms" => {
-                args.default_deadline = Duration::from_millis(value(&flag, it.next())?);
+                let ms: u64 = value(&flag, it.next())?;
+                args.default_deadline = Duration::from_millis(ms.min(MAX_BUDGET_MS));
             }
             "--intra-op-threads" => args.intra_op_threads = value(&flag, it.next())?,
             "--debug" => args.debug = true,
@@ -256,7 +260,8 @@ fn budget(headers: &HeaderMap, default: Duration) -> Result<Duration, ApiError> 
     v.to_str()
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
-        .map(Duration::from_millis)
+        // At most a day: `arrival + budget` stays far from overflowing.
+        .map(|ms| Duration::from_millis(ms.min(MAX_BUDGET_MS)))
         .ok_or_else(|| {
             ApiError::bad_request("x-deadline-ms must be a whole number of milliseconds")
         })
