@@ -20,10 +20,11 @@ libtorch:
 demo: libtorch
 	$(CARGO) run -p examples --example demo
 
-# tests/serve.rs runs examples/serve and examples/load as processes (it
-# builds them itself) and fetches promtool with scripts/bootstrap-promtool.sh
+# tests/serve.rs runs examples/serve and examples/load as processes (built
+# first, above) and fetches promtool with scripts/bootstrap-promtool.sh
 # (no root needed), or skips that check saying why.
 test: libtorch
+	$(CARGO) build -p examples --example serve --example load
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 	bash scripts/check-linkage.sh

@@ -5,10 +5,9 @@
 //! worker's grad mode, inference mode and model modes as before. Both
 //! servers: tch-scope's and `--plain`.
 //!
-//! The example binaries are built by `cargo build -p examples` from here
-//! (once per test process, a no-op when `make test` has built them
-//! already) and located through cargo's JSON messages, so a test run
-//! never uses a stale server. Every wait is bounded; the server and the
+//! The example binaries are the ones beside this test's binary, which
+//! `make test` builds first (a nested `cargo build` would wait on the lock
+//! `cargo test` holds). Every wait is bounded; the server and the
 //! client are killed when dropped.
 
 use std::collections::HashMap;
@@ -48,52 +47,32 @@ fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> std::process::
     child.wait_with_output().expect("the child's output")
 }
 
-/// `serve` and `load`, built for this test's profile.
+/// `serve` and `load` beside this test's binary (`target/<profile>/examples/`).
+/// `cargo test` holds the artifact directory's lock while tests run, so a
+/// nested `cargo build` would wait forever: `make test` builds them first
+/// (`cargo test --all-targets` does too).
 fn bins() -> &'static HashMap<String, PathBuf> {
     static BINS: OnceLock<HashMap<String, PathBuf>> = OnceLock::new();
     BINS.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_string());
-        let release = std::env::current_exe()
-            .map(|p| p.components().any(|c| c.as_os_str() == "release"))
-            .unwrap_or(false);
-        let mut cmd = Command::new(cargo);
-        cmd.current_dir(workspace()).args([
-            "build",
-            "-p",
-            "examples",
-            "--example",
-            "serve",
-            "--example",
-            "load",
-            "--message-format=json-render-diagnostics",
-        ]);
-        if release {
-            cmd.arg("--release");
-        }
-        let child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cargo runs");
-        let out = wait_bounded(child, Duration::from_secs(1200), "cargo build -p examples");
-        assert!(out.status.success(), "cargo build -p examples failed");
-        let mut bins = HashMap::new();
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-                continue;
-            };
-            if v["reason"] == "compiler-artifact"
-                && let (Some(name), Some(exe)) =
-                    (v["target"]["name"].as_str(), v["executable"].as_str())
-            {
-                bins.insert(name.to_string(), PathBuf::from(exe));
-            }
-        }
-        assert!(
-            bins.contains_key("serve") && bins.contains_key("load"),
-            "cargo named no serve/load executables: {bins:?}"
-        );
-        bins
+        let exe = std::env::current_exe().expect("the test's path");
+        // target/<profile>/deps/serve-… -> target/<profile>/examples/
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>")
+            .join("examples");
+        ["serve", "load"]
+            .into_iter()
+            .map(|name| {
+                let path = dir.join(name);
+                assert!(
+                    path.is_file(),
+                    "no {} — build it first: cargo build -p examples --example serve --example load",
+                    path.display()
+                );
+                (name.to_string(), path)
+            })
+            .collect()
     })
 }
 
