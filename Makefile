@@ -6,7 +6,7 @@
 CARGO ?= cargo
 BOOTSTRAP := scripts/bootstrap-libtorch.sh
 
-.PHONY: all libtorch demo test test-downstream test-downstream-pytorch test-oldest gpu-bundle gpu-bundle-smoke lint fmt bench soak clean-libtorch fuzz-long stress asan
+.PHONY: all libtorch demo load test test-downstream test-downstream-pytorch test-oldest gpu-bundle gpu-bundle-smoke lint fmt bench soak clean-libtorch fuzz-long stress asan
 
 all: test
 
@@ -20,11 +20,23 @@ libtorch:
 demo: libtorch
 	$(CARGO) run -p examples --example demo
 
+# tests/serve.rs runs examples/serve and examples/load as processes (built
+# first, above) and fetches promtool with scripts/bootstrap-promtool.sh
+# (no root needed), or skips that check saying why.
 test: libtorch
+	$(CARGO) build -p examples --example serve --example load
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 	bash scripts/check-linkage.sh
 	$(MAKE) --no-print-directory test-downstream
+
+# The serving benchmark (docs/serving.md): the tch-scope server and the
+# --plain one, as processes on loopback, in turn (ABBA), driven by the same
+# requests; one line per server and the ratios.
+LOAD_ARGS ?= --rounds 4 --requests 20000 --concurrency 16
+load: libtorch
+	$(CARGO) build --release -p examples --example serve
+	$(CARGO) run --release -p examples --example load -- $(LOAD_ARGS)
 
 # tests/downstream: a crate of its own workspace that uses tch-scope as a
 # user's crate does (renamed dependency, edition 2021, the README's rpath

@@ -13,6 +13,12 @@ Writes into tests/data/ (a few KB):
   bn_dropout.json  a fixed input, PyTorch's eval-mode output for it, the
                    running stats after load, and each model's per-module
                    modes in modules() order
+  serve_mlp.pt     the model `examples/serve.rs` serves by default: one float
+                   tensor [n, 32] in, one [n, 8] out; Linear 32->256 ->
+                   BatchNorm1d -> ReLU -> Dropout -> Linear 256->256 ->
+                   BatchNorm1d -> ReLU -> Dropout -> Linear 256->8, saved in
+                   TRAINING mode (served in eval: BatchNorm's running stats,
+                   dropout off)
 """
 
 import json
@@ -39,6 +45,37 @@ class Net(nn.Module):
     def running_mean(self):
         """BatchNorm's running mean, so tests can see whether it moved."""
         return self.bn.running_mean.clone()
+
+
+class ServeMlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Linear(32, 256),
+            nn.BatchNorm1d(256),
+            nn.ReLU(),
+            nn.Dropout(0.2),
+            nn.Linear(256, 256),
+            nn.BatchNorm1d(256),
+            nn.ReLU(),
+            nn.Dropout(0.2),
+        )
+        self.head = nn.Linear(256, 8)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def export_serve_model():
+    torch.manual_seed(1)
+    net = ServeMlp()
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.BatchNorm1d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+    net.train()
+    torch.jit.script(net).save(str(OUT / "serve_mlp.pt"))
 
 
 def modes(module):
@@ -88,6 +125,7 @@ def main():
     # One key per line, so the Rust tests' tiny reader needs no JSON crate.
     lines = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in data.items())
     (OUT / "bn_dropout.json").write_text("{\n" + lines + "\n}\n")
+    export_serve_model()  # last: it reseeds
     print("wrote", *(p.name for p in sorted(OUT.iterdir())))
 
 
