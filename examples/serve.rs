@@ -744,6 +744,7 @@ fn install_metrics() -> Result<PrometheusHandle, String> {
         metrics::Unit::Seconds,
         "The plain server's predict handler, timed by hand."
     );
+    tch_scope::report::describe_metrics();
     Ok(handle)
 }
 

@@ -8,6 +8,26 @@ pub(crate) const TIMED_SECONDS: &str = "tch_scope_timed_seconds";
 /// The histogram of memory scopes' peak growth, in bytes.
 pub(crate) const MEMORY_BYTES: &str = "tch_scope_memory_bytes";
 
+/// Gives the installed recorder the unit and help text of tch-scope's two
+/// histograms (`tch_scope_timed_seconds`, `tch_scope_memory_bytes`).
+///
+/// Call it once after installing the recorder, as with any library's
+/// metrics: exposition formats want a description (Prometheus's `# HELP`
+/// line; `promtool check metrics` flags a metric without one), and a
+/// recorder keeps only the descriptions it was given.
+pub fn describe_metrics() {
+    ::metrics::describe_histogram!(
+        TIMED_SECONDS,
+        ::metrics::Unit::Seconds,
+        "Wall time of tch-scope `timed` runs, by row name and outcome."
+    );
+    ::metrics::describe_histogram!(
+        MEMORY_BYTES,
+        ::metrics::Unit::Bytes,
+        "Peak memory growth of tch-scope memory scopes, by row name, device and outcome."
+    );
+}
+
 /// One `timed` run of `ns` nanoseconds, under the row `name`.
 #[inline(never)]
 pub(crate) fn time(name: &'static str, ns: u64, outcome: Outcome) {
@@ -41,9 +61,9 @@ mod tests {
     /// (metric, labels, value) of every histogram value recorded.
     type Values = Arc<Mutex<Vec<(String, Vec<(String, String)>, f64)>>>;
 
-    /// A recorder that keeps every histogram value.
+    /// A recorder that keeps every histogram value and description.
     #[derive(Default)]
-    struct Keep(Values);
+    struct Keep(Values, Arc<Mutex<Vec<(String, Option<Unit>)>>>);
 
     struct One(Key, Values);
 
@@ -64,7 +84,12 @@ mod tests {
     impl Recorder for Keep {
         fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
         fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, name: KeyName, unit: Option<Unit>, _: SharedString) {
+            self.1
+                .lock()
+                .unwrap()
+                .push((name.as_str().to_owned(), unit));
+        }
         fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
             Counter::noop()
         }
@@ -74,6 +99,19 @@ mod tests {
         fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
             Histogram::from_arc(Arc::new(One(key.clone(), self.0.clone())))
         }
+    }
+
+    #[test]
+    fn describe_metrics_names_both_histograms_with_their_units() {
+        let keep = Keep::default();
+        ::metrics::with_local_recorder(&keep, super::describe_metrics);
+        assert_eq!(
+            *keep.1.lock().unwrap(),
+            vec![
+                (TIMED_SECONDS.to_owned(), Some(Unit::Seconds)),
+                (MEMORY_BYTES.to_owned(), Some(Unit::Bytes)),
+            ]
+        );
     }
 
     fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -25,6 +25,7 @@
 //! labels `name`, `device` (`cpu`, `cuda:N`) and `outcome`. The
 //! application installs the recorder (an exporter such as
 //! `metrics-exporter-prometheus`); without one, the facade drops them.
+//! [`describe_metrics`] gives the recorder their units and help text.
 //! Without the feature, none of this is compiled.
 
 pub(crate) mod events;
@@ -32,6 +33,8 @@ mod histogram;
 mod memory;
 #[cfg(feature = "metrics")]
 mod metrics;
+#[cfg(feature = "metrics")]
+pub use metrics::describe_metrics;
 mod names;
 mod registry;
 mod shard;
