@@ -221,13 +221,21 @@ pub(crate) fn try_flat(cx: &Cx, scopes: &[Scope], body: &TokenStream) -> TokenSt
         })
 }
 
-/// `Spanned::new(per_poll, span, future)`: per-thread words around every
-/// poll, the others (timers, seeds, model modes) once for the whole future.
+/// `Spanned::new(each_poll, whole, future)`: per-thread words around every
+/// poll, the others (timers, seeds, checkpoints) once for the whole future.
 fn spanned(cx: &Cx, scopes: &[Scope], future: TokenStream) -> TokenStream {
-    let per_poll = chain(cx, scopes.iter().filter(|s| s.word.awaits != Awaits::Span));
-    let span = chain(cx, scopes.iter().filter(|s| s.word.awaits == Awaits::Span));
+    let each_poll = chain(
+        cx,
+        scopes.iter().filter(|s| s.word.awaits == Awaits::EachPoll),
+    );
+    let whole = chain(
+        cx,
+        scopes
+            .iter()
+            .filter(|s| s.word.awaits == Awaits::WholeFuture),
+    );
     let private = cx.private(Span::call_site());
-    quote!(#private::Spanned::new(#per_poll, #span, #future))
+    quote!(#private::Spanned::new(#each_poll, #whole, #future))
 }
 
 /// The body becomes a future whose every poll runs inside the per-thread

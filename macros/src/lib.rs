@@ -220,10 +220,10 @@ pub fn deadline(args: TokenStream, item: TokenStream) -> TokenStream {
 /// `#[scope(device(0), no_grad)]`; a word may carry a condition,
 /// `#[scope(no_grad if !training)]`.
 ///
-/// tch-scope re-exports it as `scope`: an attribute can't share a name with
-/// the `scoped!` macro.
+/// Named `scope`, not `scoped`: Rust has one macro namespace per crate, and
+/// `tch_scope::scoped!` is the block macro.
 #[proc_macro_attribute]
-pub fn scoped(args: TokenStream, item: TokenStream) -> TokenStream {
+pub fn scope(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::List, args.into(), item.into()).into()
 }
 

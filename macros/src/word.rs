@@ -100,11 +100,11 @@ pub(crate) enum Awaits {
     /// Per-thread state (grad mode, the current device), and a model's
     /// mode: entered around every poll, so it neither leaks into other
     /// tasks nor stays behind on a thread the task left.
-    PerPoll,
+    EachPoll,
     /// Covers the whole future, entered once (a timer, a seed, a
     /// checkpoint): re-entering per poll would re-seed, time or save at
     /// each poll.
-    Span,
+    WholeFuture,
 }
 
 /// One argument of a word.

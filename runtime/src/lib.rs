@@ -216,7 +216,7 @@ pub use outcome::Outcome;
 pub use scopes::deadline::{Deadline, DeadlineGuard};
 
 pub use tch_scope_macros::distributed;
-pub use tch_scope_macros::scoped as scope;
+pub use tch_scope_macros::scope;
 pub use tch_scope_macros::{
     autocast, checkpoint, detect_anomaly, deterministic, fork_rng, profile, record, seed, threads,
 };

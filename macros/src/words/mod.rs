@@ -30,7 +30,7 @@ const BASE: Word = Word {
     check: forms::call,
     conflict: Conflict::None,
     repeat: false,
-    awaits: Awaits::PerPoll,
+    awaits: Awaits::EachPoll,
     catches: false,
     fails: false,
     feature: None,
@@ -151,7 +151,7 @@ pub(crate) const WORDS: &[Word] = &[
         doc: "wall time, or CUDA time by `sync` or `events`",
         params: &[NAME, Param::flag("sync"), Param::flag("events")],
         check: measure::timed,
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         examples: &[
             "timed",
             "timed(\"fwd\")",
@@ -168,7 +168,7 @@ pub(crate) const WORDS: &[Word] = &[
         doc: "process memory",
         params: &[NAME],
         check: measure::memory_scope,
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         examples: &["memory_scope", "memory_scope(\"m\")"],
         ..BASE
     },
@@ -190,7 +190,7 @@ pub(crate) const WORDS: &[Word] = &[
             },
         ],
         check: measure::gpu_memory_scope,
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         fails: true,
         examples: &[
             "gpu_memory_scope(device = 0)",
@@ -219,7 +219,7 @@ pub(crate) const WORDS: &[Word] = &[
         doc: "RNG seeded, restored on exit; `devices = [..]`: only those CUDA generators",
         params: &[Param::positional("n", 0), DEVICES],
         check: rng::check,
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         fails: true,
         examples: &[
             "seed(42)",
@@ -234,7 +234,7 @@ pub(crate) const WORDS: &[Word] = &[
         doc: "RNG state restored on exit; bare: every generator",
         params: &[DEVICES],
         check: rng::check,
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         fails: true,
         examples: &[
             "fork_rng",
@@ -248,7 +248,7 @@ pub(crate) const WORDS: &[Word] = &[
         usage: "threads(n)",
         doc: "intra-op thread count, restored on exit",
         params: &[Param::positional("n", 0)],
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         fails: true,
         examples: &["threads(1)", "threads(n)"],
         ..BASE
@@ -279,7 +279,7 @@ pub(crate) const WORDS: &[Word] = &[
         usage: "profile(path)",
         doc: "profiler trace written on exit",
         params: &[Param::positional("path", 0)],
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         fails: true,
         examples: &["profile(\"trace.json\")", "profile(&path)"],
         ..BASE
@@ -304,7 +304,7 @@ pub(crate) const WORDS: &[Word] = &[
             Param::flag("save_on_panic"),
         ],
         check: checkpoint::check,
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         fails: true,
         examples: &[
             "checkpoint(vs, \"model.ot\")",
@@ -321,7 +321,7 @@ pub(crate) const WORDS: &[Word] = &[
         doc: "autograd anomaly detection",
         params: &[Param::flag("check_nan")],
         check: forms::one_flag::<true>,
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         fails: true,
         examples: &["detect_anomaly", "detect_anomaly(check_nan = false)"],
         ..BASE
@@ -332,7 +332,7 @@ pub(crate) const WORDS: &[Word] = &[
         doc: "deterministic algorithms",
         params: &[Param::flag("warn_only")],
         check: forms::one_flag::<false>,
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         fails: true,
         examples: &[
             "deterministic",
@@ -348,7 +348,7 @@ pub(crate) const WORDS: &[Word] = &[
         params: &[Param::positional("precision", 0)],
         check: backends::matmul_precision,
         conflict: MATMUL,
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         fails: true,
         examples: &[
             "matmul_precision(\"highest\")",
@@ -363,7 +363,7 @@ pub(crate) const WORDS: &[Word] = &[
         doc: "TF32 in cuBLAS float32 matmuls",
         params: &[Param::positional("allow", 0)],
         conflict: MATMUL,
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         fails: true,
         examples: &["tf32(true)", "tf32(allow)"],
         ..BASE
@@ -379,7 +379,7 @@ pub(crate) const WORDS: &[Word] = &[
             Param::flag("allow_tf32"),
         ],
         check: backends::cudnn,
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         fails: true,
         examples: &[
             "cudnn(benchmark)",
@@ -402,7 +402,7 @@ pub(crate) const WORDS: &[Word] = &[
         usage: "sdpa(math, flash, mem_efficient, cudnn)",
         doc: "only these attention backends",
         check: backends::sdpa,
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         fails: true,
         examples: &["sdpa(math)", "sdpa(flash, mem_efficient, cudnn)"],
         ..BASE
