@@ -67,10 +67,6 @@ pub fn cuda_device_count() -> usize {
 }
 
 /// Whether this build links libtorch_cuda (the libtorch found had CUDA).
-///
-/// ```
-/// let _ = tch_scope::built_with_cuda();
-/// ```
 pub fn built_with_cuda() -> bool {
     ffi::built_with_cuda()
 }

@@ -57,10 +57,6 @@ pin_project! {
 
 impl<S: Scope, F> Scoped<S, F> {
     /// `future`, polled inside `scope`.
-    ///
-    /// ```
-    /// let _ = tch_scope::Scoped::new(tch_scope::NoGrad, async {});
-    /// ```
     pub fn new(scope: S, future: F) -> Self {
         Self {
             scope,
@@ -160,10 +156,6 @@ pin_project! {
 
 impl<P: Scope, S: Scope, F> Spanned<P, S, F> {
     /// `future`, polled inside `per_poll`, with `span` entered once.
-    ///
-    /// ```
-    /// let _ = tch_scope::Spanned::new(tch_scope::End, tch_scope::End, async {});
-    /// ```
     pub fn new(per_poll: P, span: S, future: F) -> Self {
         Self {
             per_poll,

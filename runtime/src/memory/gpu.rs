@@ -60,10 +60,6 @@ pub struct GpuMemory {
 impl GpuMemory {
     /// Measures cuda:`device` under `name`, emptying the cache before and
     /// after (the usual Python pattern; see [`empty_cache`](Self::empty_cache)).
-    ///
-    /// ```
-    /// let _ = tch_scope::GpuMemory::new("fwd", 0);
-    /// ```
     pub fn new(name: &'static str, device: usize) -> Self {
         Self {
             name,
@@ -75,10 +71,6 @@ impl GpuMemory {
     /// Whether to call `empty_cache` before entry and after exit, so
     /// `reserved` shows what the scope itself needed. `empty_cache` frees
     /// only unused cached blocks, never live tensors.
-    ///
-    /// ```
-    /// let _ = tch_scope::GpuMemory::new("fwd", 0).empty_cache(false);
-    /// ```
     pub fn empty_cache(mut self, on: bool) -> Self {
         self.empty_cache = on;
         self

@@ -184,10 +184,6 @@ pub struct HostMemory {
 
 impl HostMemory {
     /// Measures under `name`.
-    ///
-    /// ```
-    /// let _ = tch_scope::HostMemory::new("load");
-    /// ```
     pub fn new(name: &'static str) -> Self {
         Self { name }
     }

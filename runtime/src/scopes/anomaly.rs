@@ -35,10 +35,6 @@ pub struct DetectAnomaly {
 
 impl DetectAnomaly {
     /// `torch.autograd.detect_anomaly()`: on, checking for NaN.
-    ///
-    /// ```
-    /// let _ = tch_scope::DetectAnomaly::new();
-    /// ```
     pub fn new() -> Self {
         Self {
             enabled: true,
@@ -47,10 +43,6 @@ impl DetectAnomaly {
     }
 
     /// Whether a NaN produced in backward is an error.
-    ///
-    /// ```
-    /// let _ = tch_scope::DetectAnomaly::new().check_nan(false);
-    /// ```
     pub fn check_nan(mut self, check_nan: bool) -> Self {
         self.check_nan = check_nan;
         self
@@ -58,10 +50,6 @@ impl DetectAnomaly {
 
     /// `torch.autograd.set_detect_anomaly(mode)`: `false` turns anomaly
     /// detection off for the scope.
-    ///
-    /// ```
-    /// let _ = tch_scope::DetectAnomaly::new().enabled(false);
-    /// ```
     pub fn enabled(mut self, enabled: bool) -> Self {
         self.enabled = enabled;
         self

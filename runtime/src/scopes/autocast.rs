@@ -106,11 +106,6 @@ pub struct Autocast {
 
 impl Autocast {
     /// Autocast on `device` to `dtype` (`Kind::Half` or `Kind::BFloat16`).
-    ///
-    /// ```
-    /// use tch_scope::{Autocast, AutocastDevice};
-    /// let _ = Autocast::new(AutocastDevice::Cuda, tch::Kind::Half);
-    /// ```
     pub fn new(device: AutocastDevice, dtype: Kind) -> Self {
         Self {
             device,
@@ -121,19 +116,11 @@ impl Autocast {
     }
 
     /// `torch.autocast("cpu", dtype)`.
-    ///
-    /// ```
-    /// let _ = tch_scope::Autocast::cpu(tch::Kind::BFloat16);
-    /// ```
     pub fn cpu(dtype: Kind) -> Self {
         Self::new(AutocastDevice::Cpu, dtype)
     }
 
     /// `torch.autocast("cuda", dtype)`.
-    ///
-    /// ```
-    /// let _ = tch_scope::Autocast::cuda(tch::Kind::Half);
-    /// ```
     pub fn cuda(dtype: Kind) -> Self {
         Self::new(AutocastDevice::Cuda, dtype)
     }

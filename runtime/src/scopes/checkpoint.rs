@@ -136,11 +136,6 @@ pub struct Checkpoint<'a> {
 
 impl<'a> Checkpoint<'a> {
     /// Saves `vs` to `path` on exit.
-    ///
-    /// ```
-    /// let vs = tch::nn::VarStore::new(tch::Device::Cpu);
-    /// let _ = tch_scope::Checkpoint::new(&vs, "model.safetensors");
-    /// ```
     pub fn new(vs: &'a VarStore, path: impl AsRef<Path>) -> Self {
         Self {
             vs,
@@ -153,11 +148,6 @@ impl<'a> Checkpoint<'a> {
     /// With `false`, a body that panics saves nothing: the last good file
     /// stays (the weights of a run that blew up may be NaN). The default,
     /// `true`, saves on every exit, as a Python `finally` does.
-    ///
-    /// ```
-    /// let vs = tch::nn::VarStore::new(tch::Device::Cpu);
-    /// let _ = tch_scope::Checkpoint::new(&vs, "model.ot").save_on_panic(false);
-    /// ```
     pub fn save_on_panic(mut self, save: bool) -> Self {
         self.save_on_panic = save;
         self
@@ -165,11 +155,6 @@ impl<'a> Checkpoint<'a> {
 
     /// With `true`, entering loads `path` (weights and metrics) when it
     /// exists; a file that exists but can't be loaded is a [`ScopeError`].
-    ///
-    /// ```
-    /// let vs = tch::nn::VarStore::new(tch::Device::Cpu);
-    /// let _ = tch_scope::Checkpoint::new(&vs, "model.ot").resume(true);
-    /// ```
     pub fn resume(mut self, resume: bool) -> Self {
         self.resume = resume;
         self

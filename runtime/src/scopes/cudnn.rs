@@ -77,49 +77,29 @@ pub struct Cudnn {
 
 impl Cudnn {
     /// Changes nothing until a flag is given.
-    ///
-    /// ```
-    /// let _ = tch_scope::Cudnn::new().enabled(false);
-    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// `enabled`: whether cuDNN may be used.
-    ///
-    /// ```
-    /// let _ = tch_scope::Cudnn::new().enabled(false);
-    /// ```
     pub fn enabled(mut self, on: bool) -> Self {
         self.set[0] = Some(on);
         self
     }
 
     /// `benchmark`: time the convolution algorithms and keep the fastest.
-    ///
-    /// ```
-    /// let _ = tch_scope::Cudnn::new().benchmark(true);
-    /// ```
     pub fn benchmark(mut self, on: bool) -> Self {
         self.set[1] = Some(on);
         self
     }
 
     /// `deterministic`: only deterministic convolution algorithms.
-    ///
-    /// ```
-    /// let _ = tch_scope::Cudnn::new().deterministic(true);
-    /// ```
     pub fn deterministic(mut self, on: bool) -> Self {
         self.set[2] = Some(on);
         self
     }
 
     /// `allow_tf32`: TF32 in cuDNN convolutions.
-    ///
-    /// ```
-    /// let _ = tch_scope::Cudnn::new().allow_tf32(false);
-    /// ```
     pub fn allow_tf32(mut self, on: bool) -> Self {
         self.set[3] = Some(on);
         self

@@ -36,20 +36,12 @@ pub struct Deterministic {
 
 impl Deterministic {
     /// Errors on ops without a deterministic implementation.
-    ///
-    /// ```
-    /// let _ = tch_scope::Deterministic::new();
-    /// ```
     pub fn new() -> Self {
         Self { warn_only: false }
     }
 
     /// Warns instead of failing on ops without a deterministic
     /// implementation.
-    ///
-    /// ```
-    /// let _ = tch_scope::Deterministic::new().warn_only(true);
-    /// ```
     pub fn warn_only(mut self, warn_only: bool) -> Self {
         self.warn_only = warn_only;
         self

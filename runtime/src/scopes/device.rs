@@ -130,10 +130,6 @@ pub struct OnDevice {
 impl OnDevice {
     /// A scope that makes `device` current; a bad `device` is reported when
     /// the scope is entered.
-    ///
-    /// ```
-    /// let _ = tch_scope::OnDevice::new(tch::Device::Cpu);
-    /// ```
     pub fn new(device: impl IntoScopeDevice) -> Self {
         Self {
             device: device.into_scope_device(),

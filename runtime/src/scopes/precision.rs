@@ -44,10 +44,6 @@ pub struct MatmulPrecision {
 
 impl MatmulPrecision {
     /// The precision named `name` (checked on entry).
-    ///
-    /// ```
-    /// let _ = tch_scope::MatmulPrecision::new("medium");
-    /// ```
     pub fn new(name: impl AsRef<str>) -> Self {
         let name = name.as_ref();
         Self {

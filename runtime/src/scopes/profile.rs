@@ -56,10 +56,6 @@ pub struct Profile {
 
 impl Profile {
     /// A profile written to `path` when the scope ends.
-    ///
-    /// ```
-    /// let _ = tch_scope::Profile::new("trace.json");
-    /// ```
     pub fn new(path: impl AsRef<Path>) -> Self {
         Self {
             path: path.as_ref().to_path_buf(),
@@ -152,10 +148,6 @@ pub struct Record {
 
 impl Record {
     /// A range named `name`.
-    ///
-    /// ```
-    /// let _ = tch_scope::Record::new("forward");
-    /// ```
     pub fn new(name: impl AsRef<str>) -> Self {
         let name = name.as_ref();
         // One allocation, sized for the NUL; a NUL inside is shown as `\0`.

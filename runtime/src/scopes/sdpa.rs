@@ -70,10 +70,6 @@ pub struct Sdpa {
 
 impl Sdpa {
     /// The listed backends on, every other off.
-    ///
-    /// ```
-    /// let _ = tch_scope::Sdpa::only([tch_scope::SdpaBackend::Flash]);
-    /// ```
     pub fn only(backends: impl IntoIterator<Item = SdpaBackend>) -> Self {
         Self {
             bits: backends.into_iter().fold(0, |bits, b| bits | b.bit()),

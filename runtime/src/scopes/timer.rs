@@ -66,20 +66,11 @@ pub struct Timed {
 impl Timed {
     /// Times under `name` (looked up at run time; the macros use a static
     /// [`Site`] per use instead).
-    ///
-    /// ```
-    /// let _ = tch_scope::Timed::new("step");
-    /// ```
     pub fn new(name: &'static str) -> Self {
         Self::at(Site::named(name))
     }
 
     /// Times under `site`.
-    ///
-    /// ```
-    /// static SITE: tch_scope::report::Site = tch_scope::report::Site::new("fwd");
-    /// let _ = tch_scope::Timed::at(&SITE);
-    /// ```
     pub fn at(site: &'static Site) -> Self {
         Self {
             site,
@@ -88,10 +79,6 @@ impl Timed {
     }
 
     /// Sets when to synchronise.
-    ///
-    /// ```
-    /// let _ = tch_scope::Timed::new("fwd").sync(tch_scope::SyncMode::Always);
-    /// ```
     pub fn sync(mut self, sync: SyncMode) -> Self {
         self.sync = sync;
         self

@@ -175,10 +175,6 @@ pub fn stop() {
 }
 
 /// Whether a recording is running.
-///
-/// ```
-/// let _ = tch_scope::trace::is_recording();
-/// ```
 pub fn is_recording() -> bool {
     recording()
 }
@@ -300,10 +296,6 @@ pub fn capacity() -> usize {
 }
 
 /// Spans of the current recording dropped for want of room, all threads.
-///
-/// ```
-/// let _ = tch_scope::trace::dropped();
-/// ```
 pub fn dropped() -> u64 {
     let kept: u64 = lock(&BUFFERS).iter().map(|b| b.dropped()).sum();
     kept + DROPPED_GONE.load(Ordering::Relaxed)
