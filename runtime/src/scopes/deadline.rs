@@ -10,8 +10,10 @@
 //! the thread's TLS set only while a deadline is open; see
 //! `csrc/deadline.cpp` for why not a `RecordFunction` callback): any
 //! thread, no signal, and libtorch stays fully usable — a kernel that has
-//! started runs to its end, the next one is refused. It costs ≈ 90 ns per
-//! operator inside the scope and nothing outside it.
+//! started runs to its end, the next one is refused. The operators an
+//! operator calls (a composite's parts: `linear` runs `addmm`) are not
+//! checked again, so a composite op runs to its end too. It costs ≈ 90 ns
+//! per operator called inside the scope and nothing outside it.
 //!
 //! How the failure surfaces: the refused operator throws, so tch's `f_`
 //! methods return `Err(TchError)` and its other methods panic. The
