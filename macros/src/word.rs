@@ -158,6 +158,9 @@ pub(crate) enum Kind {
     Expr,
     /// A `bool`: written bare (`sync`) for `true`, or `sync = expr`.
     Flag,
+    /// A word written alone, never `= value` (`from_env`): what it picks
+    /// is known at compile time.
+    Bare,
     /// One of a fixed set of words (`cpu` or `cuda`): it picks the
     /// expansion, so it is known at compile time.
     Choice(&'static Choice),

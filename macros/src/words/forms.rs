@@ -117,6 +117,9 @@ pub(crate) struct Given {
     /// The expression; `true` for a flag or a bare word written alone; a
     /// choice's word in our spelling; a list's words as an array of them.
     pub(crate) value: Expr,
+    /// The token that names it (its key or bare word), else its value:
+    /// where a cross-field mistake points.
+    pub(crate) at: Span,
     /// Its place in the argument list, for words whose expansion keeps
     /// the written order (`autocast`'s builder calls, evaluated in order).
     pub(crate) index: usize,
@@ -147,6 +150,7 @@ pub(crate) fn read(word: &Word, item: &Item, errors: &mut Errors) -> Written {
                     continue;
                 };
                 let alone = match params[i].kind {
+                    Kind::Bare => Some(format!("write `{key}` alone, without `= …`")),
                     Kind::List(c) => Some(format!(
                         "`{name}` takes its {}s bare, one by one: write `{usage}`",
                         c.what
@@ -161,11 +165,11 @@ pub(crate) fn read(word: &Word, item: &Item, errors: &mut Errors) -> Written {
                 (i, value.clone(), key.span())
             }
             Arg::Expr(e) => {
-                // A bare flag name: `sync` means `sync = true`.
+                // A flag or bare word written alone: `sync` means `sync = true`.
                 let bare = arg.ident().and_then(|id| {
                     params
                         .iter()
-                        .position(|p| p.kind == Kind::Flag && id == p.name)
+                        .position(|p| matches!(p.kind, Kind::Flag | Kind::Bare) && id == p.name)
                 });
                 if let Some(i) = bare {
                     (i, syn::parse_quote_spanned!(e.span()=> true), e.span())
@@ -205,10 +209,14 @@ pub(crate) fn read(word: &Word, item: &Item, errors: &mut Errors) -> Written {
             )),
             Kind::Choice(choice) => choose(word, choice, &value).map(|ours| {
                 let ours: Expr = syn::parse_quote!(#ours);
-                *slot = Some(Given { value: ours, index });
+                *slot = Some(Given {
+                    value: ours,
+                    at,
+                    index,
+                });
             }),
             _ => {
-                *slot = Some(Given { value, index });
+                *slot = Some(Given { value, at, index });
                 Ok(())
             }
         };
@@ -360,8 +368,10 @@ fn add_to_list(
 ) -> syn::Result<()> {
     let ours = choose(word, choice, value)?;
     let Some(given) = slot else {
+        let at = ours.span();
         *slot = Some(Given {
             value: syn::parse_quote!([#ours]),
+            at,
             index,
         });
         return Ok(());
