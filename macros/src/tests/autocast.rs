@@ -70,7 +70,23 @@ fn reports_every_mistake_in_one_list() {
             ("`bfloat16` is spelled `bf16` here", "bfloat16", 1),
         ],
     );
-    // A wrong device type is reported once, not again as missing.
+    // tch's and PyTorch's paths are told our word.
+    every_mistake(
+        "autocast(Device::Cuda, Kind::Half) => {}",
+        &[
+            ("`Device::Cuda` is spelled `cuda` here", "Device", 1),
+            ("`Kind::Half` is spelled `f16` here", "Kind", 1),
+        ],
+    );
+    every_mistake(
+        "autocast(cpu, dtype = Kind::Float) => {}",
+        &[(
+            "the dtype of `autocast` is a word, fixed at compile time: write `bf16` or `f16`",
+            "Kind",
+            1,
+        )],
+    );
+    // A missing device type, said once.
     every_mistake(
         "autocast(enabled = false) => {}",
         &[(

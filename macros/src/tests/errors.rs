@@ -726,3 +726,29 @@ fn checkpoint_reports_every_mistake() {
         1,
     );
 }
+
+/// A bare word after a named one is a misspelt flag, not a second value
+/// for the param at its position.
+#[test]
+fn misspelt_flag_after_a_named_argument() {
+    every_mistake(
+        "timed(name = \"fwd\", synced) => {}",
+        &[(
+            "`timed` has no argument `synced` (did you mean `sync`?)",
+            "synced",
+            1,
+        )],
+    );
+    every_mistake(
+        "checkpoint(vs, p, resum) => {}",
+        &[(
+            "`checkpoint` has no argument `resum` (did you mean `resume`?)",
+            "resum",
+            1,
+        )],
+    );
+    every_mistake(
+        "timed(name = \"fwd\", \"again\") => {}",
+        &[("`name` is given twice to `timed`; keep one", "\"again\"", 1)],
+    );
+}

@@ -179,6 +179,9 @@ pub(crate) fn read(word: &Word, item: &Item, errors: &mut Errors) -> Written {
                         (_, at) => at == Some(positional),
                     });
                     positional += 1;
+                    // `timed(name = "fwd", synced)`: a misspelt flag, not a
+                    // second name.
+                    let slot = slot.filter(|&i| out[i].is_none() || near_flag(word, arg).is_none());
                     let Some(i) = slot else {
                         let (message, named) = unexpected(word, arg);
                         if let Some(named) = named {
@@ -306,49 +309,79 @@ fn unexpected(word: &Word, arg: &Arg) -> (String, Option<usize>) {
     let named = arg
         .ident()
         .and_then(|id| word.params.iter().position(|p| id == p.name));
-    let message = match named {
-        Some(i) => {
+    let message = match (named, near_flag(word, arg)) {
+        (Some(i), _) => {
             let p = word.params[i].name;
             format!("`{p}` of `{name}` needs a value: write `{p} = …`")
         }
-        None => format!("unexpected argument to `{name}`: write `{usage}`"),
+        (None, Some(flag)) => format!(
+            "`{name}` has no argument `{}` (did you mean `{flag}`?)",
+            arg.ident().map(ToString::to_string).unwrap_or_default()
+        ),
+        (None, None) => format!("unexpected argument to `{name}`: write `{usage}`"),
     };
     (message, named)
+}
+
+/// The flag or bare word a bare identifier misspells, if any.
+fn near_flag(word: &Word, arg: &Arg) -> Option<&'static str> {
+    let id = arg.ident()?.to_string();
+    word.params
+        .iter()
+        .filter(|p| matches!(p.kind, Kind::Flag | Kind::Bare))
+        .find(|p| p.name != id && strsim::levenshtein(&id, p.name) <= 2)
+        .map(|p| p.name)
 }
 
 /// `value` as one of `choice`'s words: our spelling, at the written token.
 fn choose(word: &Word, choice: &Choice, value: &Expr) -> syn::Result<Ident> {
     let name = word.name;
     let what = choice.what;
-    let (written, quoted, span) = match value {
-        Expr::Path(p)
-            if p.qself.is_none() && p.attrs.is_empty() && p.path.get_ident().is_some() =>
-        {
-            let id = p.path.get_ident().expect("checked");
-            (id.to_string(), false, id.span())
-        }
-        Expr::Lit(l) if matches!(&l.lit, Lit::Str(_)) => {
-            let Lit::Str(s) = &l.lit else {
-                unreachable!("matched")
-            };
-            (s.value(), true, s.span())
-        }
-        _ => {
-            return Err(syn::Error::new(
-                value.span(),
-                format!(
-                    "the {what} of `{name}` is a word, fixed at compile time: write {}",
-                    choice.list()
-                ),
-            ));
-        }
+    let fixed = || {
+        syn::Error::new(
+            value.span(),
+            format!(
+                "the {what} of `{name}` is a word, fixed at compile time: write {}",
+                choice.list()
+            ),
+        )
     };
-    let message = match choice.find(&written) {
-        Some(ours) if ours == written && (!quoted || choice.strings) => {
-            return Ok(Ident::new(ours, span));
+    // What was written, the word to look up, and whether it may stand as
+    // written: a path (tch's `Kind::Half`) is looked up by its last
+    // segment, so it is told our word, but never taken.
+    let (written, word_part, exact, span) = match value {
+        Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => {
+            let Some(last) = p.path.segments.last() else {
+                return Err(fixed());
+            };
+            let segments: Vec<String> = p
+                .path
+                .segments
+                .iter()
+                .map(|s| s.ident.to_string())
+                .collect();
+            let lead = if p.path.leading_colon.is_some() {
+                "::"
+            } else {
+                ""
+            };
+            let written = format!("{lead}{}", segments.join("::"));
+            match p.path.get_ident() {
+                Some(id) => (written, id.to_string(), true, id.span()),
+                None => (written, last.ident.to_string(), false, value.span()),
+            }
         }
+        Expr::Lit(l) => match &l.lit {
+            Lit::Str(s) => (s.value(), s.value(), choice.strings, s.span()),
+            _ => return Err(fixed()),
+        },
+        _ => return Err(fixed()),
+    };
+    let message = match choice.find(&word_part) {
+        Some(ours) if ours == written && exact => return Ok(Ident::new(ours, span)),
         Some(ours) if ours == written => format!("write `{ours}` without quotes"),
         Some(ours) => format!("`{written}` is spelled `{ours}` here"),
+        None if written != word_part => return Err(fixed()),
         None => format!(
             "`{written}` is not a {what} of `{name}`: write {}",
             choice.list()
