@@ -337,18 +337,20 @@ fn near_flag(word: &Word, arg: &Arg) -> Option<&'static str> {
 fn choose(word: &Word, choice: &Choice, value: &Expr) -> syn::Result<Ident> {
     let name = word.name;
     let what = choice.what;
+    // Over the whole value (`Kind::Half`, `1 + 1`), not its first token.
     let fixed = || {
-        syn::Error::new(
-            value.span(),
+        syn::Error::new_spanned(
+            value,
             format!(
                 "the {what} of `{name}` is a word, fixed at compile time: write {}",
                 choice.list()
             ),
         )
     };
-    // What was written, the word to look up, and whether it may stand as
-    // written: a path (tch's `Kind::Half`) is looked up by its last
-    // segment, so it is told our word, but never taken.
+    // What was written, the word to look up, whether it may stand as
+    // written, and its one token (`None`: point at the whole value). A
+    // path (tch's `Kind::Half`) is looked up by its last segment, so it is
+    // told our word, but never taken.
     let (written, word_part, exact, span) = match value {
         Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => {
             let Some(last) = p.path.segments.last() else {
@@ -367,18 +369,21 @@ fn choose(word: &Word, choice: &Choice, value: &Expr) -> syn::Result<Ident> {
             };
             let written = format!("{lead}{}", segments.join("::"));
             match p.path.get_ident() {
-                Some(id) => (written, id.to_string(), true, id.span()),
-                None => (written, last.ident.to_string(), false, value.span()),
+                Some(id) => (written, id.to_string(), true, Some(id.span())),
+                None => (written, last.ident.to_string(), false, None),
             }
         }
         Expr::Lit(l) => match &l.lit {
-            Lit::Str(s) => (s.value(), s.value(), choice.strings, s.span()),
+            Lit::Str(s) => (s.value(), s.value(), choice.strings, Some(s.span())),
             _ => return Err(fixed()),
         },
         _ => return Err(fixed()),
     };
     let message = match choice.find(&word_part) {
-        Some(ours) if ours == written && exact => return Ok(Ident::new(ours, span)),
+        Some(ours) if ours == written && exact => {
+            let span = span.unwrap_or_else(|| value.span());
+            return Ok(Ident::new(ours, span));
+        }
         Some(ours) if ours == written => format!("write `{ours}` without quotes"),
         Some(ours) => format!("`{written}` is spelled `{ours}` here"),
         None if written != word_part => return Err(fixed()),
@@ -387,7 +392,10 @@ fn choose(word: &Word, choice: &Choice, value: &Expr) -> syn::Result<Ident> {
             choice.list()
         ),
     };
-    Err(syn::Error::new(span, message))
+    Err(match span {
+        Some(span) => syn::Error::new(span, message),
+        None => syn::Error::new_spanned(value, message),
+    })
 }
 
 /// Adds one word to a `List` param's array, refusing any other value and
