@@ -128,6 +128,16 @@ impl Param {
         }
     }
 
+    /// An optional `name = expr`, never positional: `enabled = b`.
+    pub(crate) const fn named(name: &'static str) -> Self {
+        Self {
+            name,
+            kind: Kind::Expr,
+            position: None,
+            required: false,
+        }
+    }
+
     /// An optional `name = bool`, or `name` alone for `true`.
     pub(crate) const fn flag(name: &'static str) -> Self {
         Self {
@@ -148,4 +158,59 @@ pub(crate) enum Kind {
     Expr,
     /// A `bool`: written bare (`sync`) for `true`, or `sync = expr`.
     Flag,
+    /// A word written alone, never `= value` (`from_env`): what it picks
+    /// is known at compile time.
+    Bare,
+    /// One of a fixed set of words (`cpu` or `cuda`): it picks the
+    /// expansion, so it is known at compile time.
+    Choice(&'static Choice),
+    /// One or more of a fixed set of words, each once, every positional
+    /// argument from its position on (`sdpa(math, flash)`).
+    List(&'static Choice),
+}
+
+/// The words a [`Kind::Choice`] or [`Kind::List`] param takes.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Choice {
+    /// What one of them is, for messages: "device type".
+    pub(crate) what: &'static str,
+    /// Each word, with a note for messages ("CPU tensors") or "".
+    pub(crate) words: &'static [(&'static str, &'static str)],
+    /// PyTorch's names for them, lower case, and ours (`half`, `f16`):
+    /// a user who writes PyTorch's is told ours.
+    pub(crate) aliases: &'static [(&'static str, &'static str)],
+    /// Whether a string literal stands for its word (`backend = "gloo"`).
+    pub(crate) strings: bool,
+}
+
+impl Choice {
+    /// Our spelling of `written`, if it names one of the words in any
+    /// case or by an alias.
+    pub(crate) fn find(&self, written: &str) -> Option<&'static str> {
+        let lower = written.to_ascii_lowercase();
+        self.words
+            .iter()
+            .map(|&(w, _)| (w, w))
+            .chain(self.aliases.iter().copied())
+            .find(|&(name, _)| name == lower)
+            .map(|(_, ours)| ours)
+    }
+
+    /// "`gloo` (CPU tensors) or `nccl` (CUDA tensors)", for messages.
+    pub(crate) fn list(&self) -> String {
+        either(self.words.iter().map(|(w, note)| match *note {
+            "" => format!("`{w}`"),
+            note => format!("`{w}` ({note})"),
+        }))
+    }
+}
+
+/// "`a`, `b` or `c`".
+pub(crate) fn either(items: impl IntoIterator<Item = String>) -> String {
+    let mut items: Vec<String> = items.into_iter().collect();
+    match items.pop() {
+        None => String::new(),
+        Some(last) if items.is_empty() => last,
+        Some(last) => format!("{} or {last}", items.join(", ")),
+    }
 }

@@ -10,7 +10,7 @@ fn case1() {
 }
 
 fn case2() {
-    scoped!(autocast(cpu, dtype = bf16) => {});
+    scoped!(autocast(cpu, dtype = Kind::BFloat16) => {});
 }
 
 fn case3() {

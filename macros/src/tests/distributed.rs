@@ -2,6 +2,7 @@
 //! reported (the word needs the `distributed` feature).
 #![cfg(feature = "distributed")]
 
+use super::errors::every_mistake;
 use crate::bang::scoped_tokens;
 use crate::expand::Flavor;
 
@@ -48,15 +49,15 @@ fn mistakes() {
     };
     bad(
         "distributed(backend = mpi, from_env)",
-        &["unknown backend `mpi`: tch-scope supports `gloo`"],
+        &["`mpi` is not a backend of `distributed`: write `gloo` (CPU tensors) or `nccl`"],
     );
     bad(
         "distributed(backend = b, from_env)",
-        &["unknown backend `b`"],
+        &["`b` is not a backend of `distributed`"],
     );
     bad(
         "distributed(backend = 1 + 1, from_env)",
-        &["`backend` must be written out"],
+        &["the backend of `distributed` is a word, fixed at compile time: write `gloo`"],
     );
     bad(
         "distributed(from_env, rank = 1)",
@@ -90,5 +91,63 @@ fn mistakes() {
     bad(
         "distributed(from_env), distributed(from_env)",
         &["`distributed` appears twice"],
+    );
+}
+
+/// The row's params read by `forms::read`, then the checks across them:
+/// every mistake in one list, each on its token.
+#[test]
+fn reports_every_mistake_in_one_list() {
+    every_mistake(
+        r#"distributed(from_env, rank = 1, backend = mpi, master = "x", from_env = 1, 7) => {}"#,
+        &[
+            (
+                "`mpi` is not a backend of `distributed`: write `gloo` (CPU tensors) or `nccl` (CUDA tensors)",
+                "mpi",
+                1,
+            ),
+            ("write `from_env` alone, without `= …`", "from_env", 2),
+            ("unexpected argument to `distributed`: write", "7", 1),
+            (r#"master "x" is not "host:port""#, r#""x""#, 1),
+            ("`rank` contradicts `from_env`", "rank", 1),
+            ("`master` contradicts `from_env`", "master", 1),
+        ],
+    );
+    every_mistake(
+        "distributed(rank = 1, rank = 2, wrld_size = 2, port = 3) => {}",
+        &[
+            (
+                "`rank` is given twice to `distributed`; keep one",
+                "rank",
+                2,
+            ),
+            (
+                "`distributed` has no argument `wrld_size` (did you mean `world_size`?)",
+                "wrld_size",
+                1,
+            ),
+            (
+                "`distributed` has no argument `port`; it takes `backend`, `rank`, \
+                 `world_size`, `master`, `timeout` or `from_env`",
+                "port",
+                1,
+            ),
+            (
+                "`distributed` needs `world_size = …`, `master = \"host:port\"`, or `from_env`",
+                "(",
+                1,
+            ),
+        ],
+    );
+    every_mistake(
+        r#"distributed(backend = "NCCL", from_env, timeout) => {}"#,
+        &[
+            ("`NCCL` is spelled `nccl` here", r#""NCCL""#, 1),
+            (
+                "`timeout` of `distributed` needs a value: write `timeout = …`",
+                "timeout",
+                1,
+            ),
+        ],
     );
 }

@@ -41,6 +41,24 @@ fn at(input: &str, token: &str, nth: usize) -> (usize, usize) {
     (1, "::rt ; ".len() + offset)
 }
 
+/// Asserts that `input` fails with exactly the errors `want`, in order:
+/// each `(part of its message, token it points at, which of them)`.
+pub(super) fn every_mistake(input: &str, want: &[(&str, &str, usize)]) {
+    let errors = scoped_errors(input);
+    assert_eq!(errors.len(), want.len(), "{input}: {errors:#?}");
+    for ((text, line, column), &(message, token, nth)) in errors.iter().zip(want) {
+        assert!(
+            text.contains(message),
+            "{input}:\n  got {text}\n  want {message}"
+        );
+        assert_eq!(
+            (*line, *column),
+            at(input, token, nth),
+            "{input}: span of {text}"
+        );
+    }
+}
+
 /// Asserts exactly one error, containing `message`, at the `nth` `token`.
 fn one(input: &str, message: &str, token: &str, nth: usize) {
     let errors = scoped_errors(input);
@@ -685,30 +703,52 @@ fn failed_attribute_reemits_the_function_unchanged() {
 /// `checkpoint` reads its row's params: every mistake, each on its token.
 #[test]
 fn checkpoint_reports_every_mistake() {
-    let input = "checkpoint(vs, p, restart, resume, resume = b, save_on_panc = false) => {}";
-    let errors = scoped_errors(input);
-    let want = [
-        ("unexpected argument to `checkpoint`: write", "restart", 1),
-        (
-            "`resume` is given twice to `checkpoint`; keep one",
-            "resume",
-            2,
-        ),
-        (
-            "`checkpoint` has no argument `save_on_panc` (did you mean `save_on_panic`?)",
-            "save_on_panc",
-            1,
-        ),
-    ];
-    assert_eq!(errors.len(), want.len(), "{errors:#?}");
-    for ((text, line, column), (message, token, nth)) in errors.iter().zip(want) {
-        assert!(text.contains(message), "got {text}\n want {message}");
-        assert_eq!((*line, *column), at(input, token, nth), "span of {text}");
-    }
+    every_mistake(
+        "checkpoint(vs, p, restart, resume, resume = b, save_on_panc = false) => {}",
+        &[
+            ("unexpected argument to `checkpoint`: write", "restart", 1),
+            (
+                "`resume` is given twice to `checkpoint`; keep one",
+                "resume",
+                2,
+            ),
+            (
+                "`checkpoint` has no argument `save_on_panc` (did you mean `save_on_panic`?)",
+                "save_on_panc",
+                1,
+            ),
+        ],
+    );
     one(
         "checkpoint(vs) => {}",
         "`checkpoint` needs its `path` argument: write `checkpoint(vs, \"model.ot\", resume, save_on_panic = false)`",
         "(",
         1,
+    );
+}
+
+/// A bare word after a named one is a misspelt flag, not a second value
+/// for the param at its position.
+#[test]
+fn misspelt_flag_after_a_named_argument() {
+    every_mistake(
+        "timed(name = \"fwd\", synced) => {}",
+        &[(
+            "`timed` has no argument `synced` (did you mean `sync`?)",
+            "synced",
+            1,
+        )],
+    );
+    every_mistake(
+        "checkpoint(vs, p, resum) => {}",
+        &[(
+            "`checkpoint` has no argument `resum` (did you mean `resume`?)",
+            "resum",
+            1,
+        )],
+    );
+    every_mistake(
+        "timed(name = \"fwd\", \"again\") => {}",
+        &[("`name` is given twice to `timed`; keep one", "\"again\"", 1)],
     );
 }

@@ -1,11 +1,13 @@
 //! Unit tests: the expansion engine is crate-internal (a proc-macro crate
 //! can export only macros), so it is tested from here.
 
+mod autocast;
 mod body;
 mod distributed;
 mod errors;
 mod expansion;
 mod fuzz;
+mod sdpa;
 mod table;
 
 use proc_macro2::TokenStream;

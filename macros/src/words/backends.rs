@@ -6,10 +6,9 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Expr, Lit};
 
-use super::forms::{self, arg_span};
+use super::forms;
 use crate::ast::Item;
-use crate::errors::Errors;
-use crate::word::{Cx, Word};
+use crate::word::{Choice, Cx, Word};
 
 const PRECISIONS: [&str; 3] = ["highest", "high", "medium"];
 
@@ -58,69 +57,41 @@ pub(crate) fn cudnn(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStrea
     Ok(forms::private_call(word, item, cx, &flags))
 }
 
-const BACKENDS: [(&str, &str); 4] = [
-    ("flash", "Flash"),
-    ("mem_efficient", "MemEfficient"),
-    ("math", "Math"),
-    ("cudnn", "Cudnn"),
-];
+/// `sdpa`'s backends, with PyTorch's `SDPBackend` names for them.
+pub(crate) const SDPA_BACKENDS: Choice = Choice {
+    what: "backend",
+    words: &[
+        ("math", ""),
+        ("flash", ""),
+        ("mem_efficient", ""),
+        ("cudnn", ""),
+    ],
+    aliases: &[
+        ("flash_attention", "flash"),
+        ("efficient_attention", "mem_efficient"),
+        ("efficient", "mem_efficient"),
+        ("mem_efficient_attention", "mem_efficient"),
+        ("cudnn_attention", "cudnn"),
+    ],
+    strings: false,
+};
 
-const SDPA_FORMS: &str =
-    "list the backends to keep, of `math`, `flash`, `mem_efficient` and `cudnn`: `sdpa(math)`";
-
-/// Our name for one of PyTorch's `SDPBackend` names.
-fn python_name(name: &str) -> Option<&'static str> {
-    match name.to_ascii_lowercase().as_str() {
-        "flash_attention" => Some("flash"),
-        "efficient_attention" | "efficient" | "mem_efficient_attention" => Some("mem_efficient"),
-        "cudnn_attention" => Some("cudnn"),
-        "math" => Some("math"),
-        _ => None,
-    }
-}
-
-/// `sdpa(math, flash, ..)`: a non-empty list of backend names, each once.
-pub(crate) fn sdpa(_: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
+/// `sdpa(math, flash, ..)`: the row's one list param, a non-empty list of
+/// backend names, each once, read by `forms::options`.
+pub(crate) fn sdpa(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
+    let values = forms::options(word, item)?;
+    let backends = forms::value(word, &values, "backends").map_or_else(Vec::new, forms::words);
     let span = item.name.span();
-    let list = item.args.as_ref().map_or(&[][..], |a| &a.list[..]);
-    if list.is_empty() {
-        let at = item.args.as_ref().map_or(span, |a| a.span);
-        return Err(syn::Error::new(
-            at,
-            format!("`sdpa` needs at least one backend: {SDPA_FORMS}"),
-        ));
-    }
     let private = cx.private(span);
-    let mut errors = Errors::default();
-    let mut seen = Vec::new();
-    let mut variants = Vec::new();
-    for arg in list {
-        let name = arg.ident().map(ToString::to_string);
-        let Some(&(name, variant)) = name
-            .as_deref()
-            .and_then(|n| BACKENDS.iter().find(|(b, _)| *b == n))
-        else {
-            let message = match name.as_deref().and_then(python_name) {
-                Some(ours) => format!(
-                    "`{}` is spelled `{ours}` here: {SDPA_FORMS}",
-                    name.unwrap_or_default()
-                ),
-                None => format!("not an attention backend: {SDPA_FORMS}"),
-            };
-            errors.push(syn::Error::new(arg_span(arg), message));
-            continue;
+    let variants = backends.iter().map(|b| {
+        let variant = match b.to_string().as_str() {
+            "flash" => "Flash",
+            "mem_efficient" => "MemEfficient",
+            "math" => "Math",
+            _ => "Cudnn",
         };
-        if seen.contains(&name) {
-            errors.push(syn::Error::new(
-                arg_span(arg),
-                format!("`{name}` is listed twice in `sdpa`; keep one"),
-            ));
-            continue;
-        }
-        seen.push(name);
-        let v = syn::Ident::new(variant, arg_span(arg));
-        variants.push(quote_spanned!(arg_span(arg)=> #private::SdpaBackend::#v));
-    }
-    errors.finish()?;
+        let v = syn::Ident::new(variant, b.span());
+        quote_spanned!(b.span()=> #private::SdpaBackend::#v)
+    });
     Ok(quote_spanned!(span=> #private::sdpa([#(#variants),*])))
 }

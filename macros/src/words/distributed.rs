@@ -9,27 +9,34 @@
 use proc_macro2::{Span, TokenStream};
 use quote::quote_spanned;
 use syn::spanned::Spanned;
-use syn::{Expr, Lit};
+use syn::{Expr, Ident, Lit};
 
-use crate::ast::{Arg, Item};
+use super::forms;
+use crate::ast::Item;
 use crate::errors::Errors;
-use crate::word::{Cx, Word};
+use crate::word::{Choice, Cx, Word};
 
 const USAGE: &str = "distributed(rank = 0, world_size = 2, master = \"127.0.0.1:29500\")` \
      or `distributed(from_env)";
 
-const BACKENDS: &str = "`gloo` (CPU tensors) or `nccl` (CUDA tensors)";
+/// `backend = gloo`, or `"gloo"` as torch.distributed spells it.
+pub(crate) const BACKENDS: Choice = Choice {
+    what: "backend",
+    words: &[("gloo", "CPU tensors"), ("nccl", "CUDA tensors")],
+    aliases: &[],
+    strings: true,
+};
 
 /// `RT::__private::Distributed::new(..)` or `::from_env()`.
-pub(crate) fn check(_: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let args = args(item)?;
+pub(crate) fn check(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
+    let args = args(word, item)?;
     let span = item.name.span();
     Ok(expand(&cx.private(span), &args, span))
 }
 
 /// The checked arguments.
 struct Args {
-    backend: Option<(&'static str, Span)>,
+    backend: Option<Ident>,
     source: Source,
     timeout: Option<Expr>,
 }
@@ -45,150 +52,63 @@ struct Explicit {
     master: Expr,
 }
 
-/// Reports every mistake in the arguments, each on its token.
-fn args(item: &Item) -> syn::Result<Args> {
+/// Reads the row's params, then checks what they say together (a source:
+/// `from_env` or all of `rank`, `world_size` and `master`, never both);
+/// every mistake goes to one list, each on its token.
+fn args(word: &Word, item: &Item) -> syn::Result<Args> {
     let mut errors = Errors::default();
-    let mut fail = |span: Span, msg: String| errors.push(syn::Error::new(span, msg));
-    let list: &[Arg] = item.args.as_ref().map_or(&[], |a| &a.list);
-    let (mut from_env, mut backend, mut timeout) = (None::<Span>, None, None);
-    let (mut rank, mut world_size, mut master) = (None, None, None);
-    for arg in list {
-        match arg {
-            Arg::Expr(e) if arg.ident().is_some_and(|id| id == "from_env") => {
-                if from_env.replace(e.span()).is_some() {
-                    fail(e.span(), "`from_env` is given twice; keep one".into());
-                }
-            }
-            Arg::Expr(e) => fail(
-                e.span(),
-                format!("unexpected argument to `distributed`: write `{USAGE}`"),
-            ),
-            Arg::Named(key, value) => {
-                let slot = match key.to_string().as_str() {
-                    "backend" => match backend_name(value) {
-                        Ok(name) => {
-                            if backend.replace((name, value.span())).is_some() {
-                                fail(key.span(), "`backend` is given twice; keep one".into());
-                            }
-                            continue;
-                        }
-                        Err(e) => {
-                            fail(e.span(), e.to_string());
-                            continue;
-                        }
-                    },
-                    "rank" => &mut rank,
-                    "world_size" => &mut world_size,
-                    "master" => {
-                        if let Err(e) = master_literal(value) {
-                            fail(e.span(), e.to_string());
-                        }
-                        &mut master
-                    }
-                    "timeout" => &mut timeout,
-                    "from_env" => {
-                        fail(
-                            key.span(),
-                            "write `from_env` alone, without `= …`: `distributed(from_env)`".into(),
-                        );
-                        continue;
-                    }
-                    other => {
-                        fail(
-                            key.span(),
-                            format!(
-                                "`distributed` has no argument `{other}`; it takes `backend`, \
-                                 `rank`, `world_size`, `master`, `timeout` or `from_env`"
-                            ),
-                        );
-                        continue;
-                    }
-                };
-                if slot.replace(value.clone()).is_some() {
-                    fail(key.span(), format!("`{key}` is given twice; keep one"));
-                }
-            }
-        }
+    let written = forms::read(word, item, &mut errors);
+    let given = |param| forms::given(word, &written, param);
+    if let Some(master) = given("master")
+        && let Err(e) = master_literal(&master.value)
+    {
+        errors.push(e);
     }
-    let source = match from_env {
-        Some(_) => {
-            for (name, given) in [
-                ("rank", &rank),
-                ("world_size", &world_size),
-                ("master", &master),
-            ] {
-                if let Some(e) = given {
-                    fail(
-                        e.span(),
-                        format!(
-                            "`{name}` contradicts `from_env`, which reads RANK, WORLD_SIZE, \
-                             MASTER_ADDR and MASTER_PORT from the environment; keep one"
-                        ),
-                    );
-                }
-            }
-            Some(Source::FromEnv)
-        }
-        None => match (rank, world_size, master) {
-            (Some(rank), Some(world_size), Some(master)) => {
-                Some(Source::Explicit(Box::new(Explicit {
-                    rank,
-                    world_size,
-                    master,
-                })))
-            }
-            (rank, world_size, master) => {
-                let missing: Vec<&str> = [
-                    ("`rank = …`", rank.is_none()),
-                    ("`world_size = …`", world_size.is_none()),
-                    ("`master = \"host:port\"`", master.is_none()),
-                ]
-                .into_iter()
-                .filter_map(|(name, absent)| absent.then_some(name))
-                .collect();
-                let span = item.args.as_ref().map_or(item.name.span(), |a| a.span);
-                fail(
-                    span,
+    let explicit = ["rank", "world_size", "master"].map(given);
+    let source = if given("from_env").is_some() {
+        for (name, given) in ["rank", "world_size", "master"].iter().zip(&explicit) {
+            if let Some(g) = given {
+                errors.push(syn::Error::new(
+                    g.at,
                     format!(
-                        "`distributed` needs {}, or `from_env`: write `{USAGE}`",
-                        missing.join(", ")
+                        "`{name}` contradicts `from_env`, which reads RANK, WORLD_SIZE, \
+                         MASTER_ADDR and MASTER_PORT from the environment; keep one"
                     ),
-                );
-                None
+                ));
             }
-        },
+        }
+        Some(Source::FromEnv)
+    } else if let [Some(rank), Some(world_size), Some(master)] = explicit {
+        Some(Source::Explicit(Box::new(Explicit {
+            rank: rank.value.clone(),
+            world_size: world_size.value.clone(),
+            master: master.value.clone(),
+        })))
+    } else {
+        let missing: Vec<&str> = ["`rank = …`", "`world_size = …`", "`master = \"host:port\"`"]
+            .into_iter()
+            .zip(&explicit)
+            .filter_map(|(name, given)| given.is_none().then_some(name))
+            .collect();
+        let span = item.args.as_ref().map_or(item.name.span(), |a| a.span);
+        errors.push(syn::Error::new(
+            span,
+            format!(
+                "`distributed` needs {}, or `from_env`: write `{USAGE}`",
+                missing.join(", ")
+            ),
+        ));
+        None
     };
     errors.finish()?;
     let source = source.expect("a missing source is reported");
+    let backend = given("backend").and_then(|g| forms::words(&g.value).pop());
+    let timeout = given("timeout").map(|g| g.value.clone());
     Ok(Args {
         backend,
         source,
         timeout,
     })
-}
-
-/// `gloo`, `nccl`, or the same as string literals.
-fn backend_name(value: &Expr) -> syn::Result<&'static str> {
-    let written = match value {
-        Expr::Path(p) if p.qself.is_none() => p.path.get_ident().map(ToString::to_string),
-        Expr::Lit(l) => match &l.lit {
-            Lit::Str(s) => Some(s.value()),
-            _ => None,
-        },
-        _ => None,
-    };
-    match written.as_deref() {
-        Some("gloo") => Ok("Gloo"),
-        Some("nccl") => Ok("Nccl"),
-        Some(other) => Err(syn::Error::new(
-            value.span(),
-            format!("unknown backend `{other}`: tch-scope supports {BACKENDS}"),
-        )),
-        None => Err(syn::Error::new(
-            value.span(),
-            format!("`backend` must be written out, as {BACKENDS}"),
-        )),
-    }
 }
 
 /// A literal master must be `"host:port"`; other expressions are checked
@@ -220,7 +140,11 @@ fn master_literal(value: &Expr) -> syn::Result<()> {
 /// span so a type error points at it.
 fn expand(private: &TokenStream, args: &Args, span: Span) -> TokenStream {
     let backend = {
-        let (name, at) = args.backend.unwrap_or(("Gloo", span));
+        let (name, at) = match &args.backend {
+            Some(b) if b == "nccl" => ("Nccl", b.span()),
+            Some(b) => ("Gloo", b.span()),
+            None => ("Gloo", span),
+        };
         let name = syn::Ident::new(name, at);
         quote_spanned!(at=> #private::DistBackend::#name)
     };
