@@ -206,6 +206,8 @@ impl GpuMemoryGuard {
             } else {
                 Outcome::Completed
             }),
+            allocated: None,
+            freed: None,
         };
         finish(r.clone(), self.start, Kind::GpuMemory);
         Some(r)
