@@ -61,9 +61,12 @@ mod tests {
     /// (metric, labels, value) of every histogram value recorded.
     type Values = Arc<Mutex<Vec<(String, Vec<(String, String)>, f64)>>>;
 
+    /// (metric, unit) of every description given.
+    type Described = Arc<Mutex<Vec<(String, Option<Unit>)>>>;
+
     /// A recorder that keeps every histogram value and description.
     #[derive(Default)]
-    struct Keep(Values, Arc<Mutex<Vec<(String, Option<Unit>)>>>);
+    struct Keep(Values, Described);
 
     struct One(Key, Values);
 
