@@ -216,3 +216,38 @@ fn the_attribute_measures_each_call() {
     assert!(r.name.ends_with("make_and_drop"), "{}", r.name);
     assert_eq!((r.delta(), r.peak_growth()), (0, MIB as u64));
 }
+
+#[test]
+fn it_goes_to_the_report_table_and_the_trace() {
+    tch_scope::trace::start();
+    for _ in 0..2 {
+        scoped!(tensor_memory("tm::reported") => drop(mib_tensor()));
+    }
+    tch_scope::trace::stop();
+    let row = tch_scope::report();
+    let row = row.memory("tm::reported").expect("a memory row");
+    assert_eq!((row.count, row.max_peak_growth), (2, MIB as u64));
+    assert_eq!(row.last.allocated, Some(MIB as u64));
+    assert!(
+        tch_scope::report().to_string().contains("tm::reported"),
+        "the printed table has its row"
+    );
+
+    let path = std::env::temp_dir().join(format!("tm-trace-{}.json", std::process::id()));
+    tch_scope::trace::write_chrome(&path).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let spans: Vec<_> = json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "tm::reported")
+        .collect();
+    assert_eq!(spans.len(), 2, "{json}");
+    for s in spans {
+        assert_eq!(s["cat"], "tensor_memory");
+        assert_eq!(s["args"]["peak_growth"], MIB);
+        assert_eq!(s["args"]["at_exit"], s["args"]["at_entry"]);
+    }
+}
