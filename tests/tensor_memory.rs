@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use tch::{Device, Kind, Tensor};
 use tch_scope::{
-    MemoryReport, Profile, Scope, TensorMemory, last_memory_report, scoped, tensor_memory,
+    Context, MemoryReport, Profile, Scope, TensorMemory, last_memory_report, scoped, tensor_memory,
 };
 
 const MIB: i64 = 1 << 20;
@@ -250,4 +250,27 @@ fn it_goes_to_the_report_table_and_the_trace() {
         assert_eq!(s["args"]["peak_growth"], MIB);
         assert_eq!(s["args"]["at_exit"], s["args"]["at_entry"]);
     }
+}
+
+#[test]
+fn a_context_carries_the_scope_to_a_worker_and_a_scope_there_chains_to_it() {
+    let origin = TensorMemory::new("tm::origin").enter().unwrap();
+    let ctx = Context::capture();
+    let worker = std::thread::spawn(move || {
+        scoped!(with(ctx) => {
+            drop(mib_tensor()); // counted by the origin's scope only
+            let mine = TensorMemory::new("tm::worker").enter().unwrap();
+            drop(Tensor::zeros([2 * MIB / 4], (Kind::Float, Device::Cpu)));
+            mine.finish().unwrap()
+        })
+    })
+    .join()
+    .unwrap();
+    let origin = origin.finish().unwrap();
+    assert_eq!(worker.allocated, Some(2 * MIB as u64), "{worker:?}");
+    assert_eq!(origin.allocated, Some(3 * MIB as u64), "{origin:?}");
+    assert_eq!((origin.delta(), origin.peak_growth()), (0, 2 * MIB as u64));
+    // The worker's slot is its own again; this thread's too.
+    scoped!(tensor_memory("tm::after_worker") => drop(mib_tensor()));
+    assert_eq!(last("tm::after_worker").allocated, Some(MIB as u64));
 }

@@ -20,8 +20,10 @@
 // on?" (`profilerEnabled()`) reads a valid "no" while it is in the slot.
 //
 // libtorch copies the slot to the threads that run work for this one (the
-// autograd engine's device threads, `at::launch`), so reports may arrive
-// from them: the hub locks.
+// autograd engine's device threads, `at::launch`, a `with(ctx)` of a
+// captured Context), so reports may arrive from them: the hub locks. A
+// scope opened on such a thread puts that thread's hub over the carried
+// one and chains to it, so the carried scopes still count what it sees.
 #include <torch/csrc/profiler/orchestration/observer.h>
 
 #include <algorithm>
@@ -53,7 +55,8 @@ uint64_t device_bit(c10::Device d) {
   return uint64_t{1} << 63;
 }
 
-class Hub final : public torch::profiler::impl::ProfilerStateBase {
+class Hub final : public torch::profiler::impl::ProfilerStateBase,
+                  public std::enable_shared_from_this<Hub> {
  public:
   Hub() : ProfilerStateBase(ProfilerConfig(ProfilerState::Disabled)) {}
 
@@ -62,12 +65,37 @@ class Hub final : public torch::profiler::impl::ProfilerStateBase {
     count(size, device);
   }
 
+  // Counts into this hub's scopes, then into the hubs it was put over.
+  void count(int64_t size, c10::Device device) {
+    std::shared_ptr<Hub> below = count_here(size, device);
+    // chain_to refuses cycles; the bound covers chains relinked meanwhile.
+    for (int hops = 0; below && hops < 64; ++hops) below = below->count_here(size, device);
+  }
+
+  // Chains to `below` (the hub that was in the slot), unless that would
+  // make a cycle; nullptr: no chain.
+  void chain_to(std::shared_ptr<Hub> below) {
+    for (auto h = below; h; h = h->below()) {
+      if (h.get() == this) {
+        below = nullptr;
+        break;
+      }
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    below_ = std::move(below);
+  }
+
+  std::shared_ptr<Hub> below() {
+    std::lock_guard<std::mutex> g(mu_);
+    return below_;
+  }
+
   // The CPU allocator records sizes (to report frees) only when this is on.
   bool memoryProfilingEnabled() const override { return n_open_.load(std::memory_order_relaxed) > 0; }
 
   ActiveProfilerType profilerType() override { return ActiveProfilerType::NONE; }
 
-  void count(int64_t size, c10::Device device) {
+  std::shared_ptr<Hub> count_here(int64_t size, c10::Device device) {
     std::lock_guard<std::mutex> g(mu_);
     for (auto& o : open_) {
       auto& c = o.counts;
@@ -81,6 +109,7 @@ class Hub final : public torch::profiler::impl::ProfilerStateBase {
       c.lowest = std::min(c.lowest, c.net);
       c.devices |= device_bit(device);
     }
+    return below_;
   }
 
   uint64_t open() {
@@ -112,6 +141,8 @@ class Hub final : public torch::profiler::impl::ProfilerStateBase {
   std::vector<Open> open_;
   uint64_t next_id_ = 0;
   std::atomic<int> n_open_{0};
+  // The hub this one was put over (carried from another thread), if any.
+  std::shared_ptr<Hub> below_;
 };
 
 struct ThreadHub {
@@ -138,21 +169,24 @@ bool hub_on_top(const ThreadHub& t) {
   }
 }
 
-// Puts the hub in the slot unless it is there; throws if another reporter
-// (a running profiler) owns it.
+// Puts the hub in the slot unless it is there, over and chained to a hub
+// carried from another thread; throws if another reporter (a running
+// profiler) owns it.
 void install(ThreadHub& t) {
   auto* current = c10::ThreadLocalDebugInfo::get(slot());
   if (current == t.hub.get()) {
     t.installed = true;
     return;
   }
-  if (current != nullptr || t.lifted) {
+  auto* carried = dynamic_cast<Hub*>(current);
+  if ((current != nullptr && carried == nullptr) || t.lifted) {
     throw std::runtime_error(
         "a libtorch profiler is recording this thread (a `profile` scope, or libtorch's own "
         "profiler), and it must be the thread's only memory reporter while it runs: open "
         "tensor_memory outside the profile (the profile then records memory and hands its "
         "events to the scope)");
   }
+  t.hub->chain_to(carried != nullptr ? carried->shared_from_this() : nullptr);
   c10::ThreadLocalDebugInfo::_push(slot(), t.hub);
   t.installed = true;
 }

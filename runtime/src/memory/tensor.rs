@@ -81,7 +81,10 @@ fn devices(bits: u64) -> String {
 ///   before the profiling started").
 /// - Work libtorch runs for this thread on its own worker threads, which
 ///   carry this thread's reporter (the autograd engine's device threads,
-///   `at::launch`), is counted here, as PyTorch's profiler counts it.
+///   `at::launch`), is counted here, as PyTorch's profiler counts it; so is
+///   work under `with(ctx)` of a [`Context`](crate::Context) captured
+///   inside the scope. A `tensor_memory` opened there counts that thread's
+///   share and passes it on to the carried scopes.
 ///
 /// A [`profile`](crate::Profile) inside it records memory events (whatever
 /// its [`memory`](crate::Profile::memory) says) and the scope counts them
