@@ -25,6 +25,7 @@ const SHIM: &[&str] = &[
     "csrc/device.cpp",
     "csrc/module.cpp",
     "csrc/memory.cpp",
+    "csrc/tensor_memory.cpp",
     "csrc/rng.cpp",
     "csrc/autocast.cpp",
     "csrc/profile.cpp",

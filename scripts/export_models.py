@@ -19,10 +19,21 @@ Writes into tests/data/ (a few KB):
                    BatchNorm1d -> ReLU -> Dropout -> Linear 256->8, saved in
                    TRAINING mode (served in eval: BatchNorm's running stats,
                    dropout off)
+  tensor_memory_mlp.pt  Linear 64->128 -> ReLU -> Linear 128->128 -> GELU
+                   -> Linear 128->10 -> softmax, in eval mode
+  tensor_memory.json    for one forward of it under no_grad on a float
+                   input of `input_shape` (values don't change the sizes),
+                   after `warmup` forwards: what
+                   torch.profiler.profile(profile_memory=True) saw on the
+                   CPU: the bytes of the positive `[memory]` events summed
+                   (`allocated`), of the negative ones (`freed`), and the
+                   highest running sum (`peak`)
+(`python scripts/export_models.py tensor_memory` writes only the last two.)
 """
 
 import json
 import pathlib
+import sys
 
 import torch
 from torch import nn
@@ -55,7 +66,7 @@ class ServeMlp(nn.Module):
             nn.BatchNorm1d(256),
             nn.ReLU(),
             nn.Dropout(0.2),
-            nn.Linear(256, 256),
+            nn.Linear(128, 128),
             nn.BatchNorm1d(256),
             nn.ReLU(),
             nn.Dropout(0.2),
@@ -76,6 +87,64 @@ def export_serve_model():
                 m.running_var.uniform_(0.5, 2.0)
     net.train()
     torch.jit.script(net).save(str(OUT / "serve_mlp.pt"))
+
+
+class TensorMemoryMlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(64, 128)
+        self.b = nn.Linear(128, 128)
+        self.c = nn.Linear(128, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        h = nn.functional.gelu(self.b(h))
+        return torch.softmax(self.c(h), dim=-1)
+
+
+TENSOR_MEMORY_WARMUP = 3
+
+
+def export_tensor_memory():
+    torch.manual_seed(2)
+    path = OUT / "tensor_memory_mlp.pt"
+    torch.jit.script(TensorMemoryMlp().eval()).save(str(path))
+    model = torch.jit.load(str(path))
+    model.eval()
+    shape = [32, 64]
+    x = torch.ones(shape)
+    with torch.no_grad():
+        # The TorchScript executor profiles and optimizes the first runs.
+        for _ in range(TENSOR_MEMORY_WARMUP):
+            model(x)
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+        ) as prof:
+            y = model(x)
+    sizes = [
+        (e.start_ns(), e.nbytes())
+        for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]"
+    ]
+    sizes.sort(key=lambda t: t[0])
+    live = peak = 0
+    for _, n in sizes:
+        live += n
+        peak = max(peak, live)
+    allocated = sum(n for _, n in sizes if n > 0)
+    freed = -sum(n for _, n in sizes if n < 0)
+    assert live == allocated - freed and allocated > 0, sizes
+    del y
+    data = {
+        "input_shape": shape,
+        "warmup": [TENSOR_MEMORY_WARMUP],
+        "allocated": [allocated],
+        "freed": [freed],
+        "peak": [peak],
+        "events": [len(sizes)],
+    }
+    lines = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in data.items())
+    (OUT / "tensor_memory.json").write_text("{\n" + lines + "\n}\n")
 
 
 def modes(module):
@@ -125,9 +194,14 @@ def main():
     # One key per line, so the Rust tests' tiny reader needs no JSON crate.
     lines = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in data.items())
     (OUT / "bn_dropout.json").write_text("{\n" + lines + "\n}\n")
+    export_tensor_memory()  # reseeds
     export_serve_model()  # last: it reseeds
     print("wrote", *(p.name for p in sorted(OUT.iterdir())))
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["tensor_memory"]:
+        OUT.mkdir(parents=True, exist_ok=True)
+        export_tensor_memory()
+    else:
+        main()

@@ -29,7 +29,7 @@ fn each_word_s_type_can_fail_as_the_readme_says() {
     let model = tch_scope::WithMode::new(tch::nn::func(|x| x.shallow_clone()));
     let vs = tch::nn::VarStore::new(tch::Device::Cpu);
     let site: &'static p::Site = Box::leak(Box::new(p::Site::new("entry_errors")));
-    let words: [(&str, bool); 20] = [
+    let words: [(&str, bool); 21] = [
         ("no_grad", can_fail(&p::no_grad())),
         ("enable_grad", can_fail(&p::enable_grad())),
         ("grad", can_fail(&p::grad(true))),
@@ -40,6 +40,7 @@ fn each_word_s_type_can_fail_as_the_readme_says() {
         ("with", can_fail(&p::with(p::device_cpu()))),
         ("timed", can_fail(&p::timed(site, p::SyncMode::Auto))),
         ("memory_scope", can_fail(&p::memory_scope("entry_errors"))),
+        ("tensor_memory", can_fail(&p::tensor_memory("entry_errors"))),
         (
             "gpu_memory_scope",
             can_fail(&p::gpu_memory_scope("e", 0, true)),

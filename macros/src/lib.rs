@@ -9,7 +9,8 @@
 //! scope words, each optionally with arguments and an `if` condition; the
 //! first word listed is the outermost scope. The words — `no_grad`,
 //! `enable_grad`, `grad`, `inference_mode`, `device`, `eval`, `train`,
-//! `with`, `timed`, `memory_scope`, `gpu_memory_scope`, `distributed`,
+//! `with`, `timed`, `memory_scope`, `tensor_memory`, `gpu_memory_scope`,
+//! `distributed`,
 //! `seed`, `fork_rng`, `threads`, `autocast`, `profile`, `record`,
 //! `checkpoint`, `detect_anomaly`, `deterministic`, `matmul_precision`,
 //! `tf32`, `cudnn`, `sdpa`, `stream`, `deadline` — are the rows of the
@@ -115,6 +116,14 @@ pub fn timed(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn memory_scope(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("memory_scope"), args.into(), item.into()).into()
+}
+
+/// Reports the bytes of tensors the calling thread allocates and frees
+/// across every call, net and peak: `#[tensor_memory]`,
+/// `#[tensor_memory("forward")]`.
+#[proc_macro_attribute]
+pub fn tensor_memory(args: TokenStream, item: TokenStream) -> TokenStream {
+    attr::attribute(Attr::Word("tensor_memory"), args.into(), item.into()).into()
 }
 
 /// Reports the CUDA caching allocator's statistics across every call:

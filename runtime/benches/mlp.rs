@@ -1,6 +1,10 @@
 //! A real inference workload: forward passes of a deep MLP on the CPU with
 //! grad tracking, under `no_grad` and under `inference_mode`.
 //!
+//! Beside the time and the process's memory (RSS), one more forward under
+//! `tensor_memory` gives its activation memory exactly: the peak of the
+//! tensor bytes it held live and the bytes it allocated in all.
+//!
 //! One variant per process (`cargo bench --bench mlp -- no_grad`), so each
 //! peak RSS is its own; scripts/bench/run.sh runs the three and
 //! scripts/bench/python_mlp.py does the same in PyTorch Python. Prints one
@@ -11,7 +15,7 @@ use std::time::Instant;
 
 use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
-use tch_scope::scoped;
+use tch_scope::{last_memory_report, scoped};
 
 const VARIANTS: [&str; 4] = ["grad", "no_grad", "inference_mode", "deadline"];
 
@@ -79,13 +83,21 @@ fn run(variant: &str, layers: usize, width: usize, batch: usize, iters: usize) -
         .collect();
     ms.sort_by(f64::total_cmp);
     let (_, hwm) = rss_kib();
+    // After the RSS reading, so it stays what the timed passes used. The
+    // output is dropped inside: with grad tracking, the graph's saved
+    // activations are freed with it, as above.
+    scoped!(tensor_memory("mlp::forward") => drop(forward(variant, &model, &x)));
+    let act = last_memory_report().expect("tensor_memory reports");
     format!(
         "{{\"lang\":\"rust\",\"variant\":\"{variant}\",\"layers\":{layers},\"width\":{width},\
          \"batch\":{batch},\"iters\":{iters},\"threads\":{},\"ms_median\":{:.3},\"ms_min\":{:.3},\
-         \"rss_before_kib\":{rss_before},\"hwm_kib\":{hwm}}}",
+         \"rss_before_kib\":{rss_before},\"hwm_kib\":{hwm},\"act_peak_bytes\":{},\
+         \"act_allocated_bytes\":{}}}",
         tch::get_num_threads(),
         ms[ms.len() / 2],
         ms[0],
+        act.peak_growth(),
+        act.allocated.unwrap_or(0),
     )
 }
 

@@ -44,8 +44,10 @@ tch_scope_status tch_scope_autocast_get(int8_t device_type, bool* enabled, int8_
 bool tch_scope_autocast_cache_enabled(void);
 
 // ---- profiler (profile.cpp), per thread ---------------------------------
-// Kineto profiler on for this thread (CPU activities, plus CUDA if `cuda`).
-tch_scope_status tch_scope_profile_start(bool cuda);
+// Kineto profiler on for this thread (CPU activities, plus CUDA if `cuda`),
+// recording tensor allocations and frees if `memory` or a tensor_memory
+// scope is open on the thread (profile_memory=True).
+tch_scope_status tch_scope_profile_start(bool cuda, bool memory);
 // Stops it and writes a Chrome trace (JSON) to `path`.
 tch_scope_status tch_scope_profile_stop(const char* path);
 // A user-scope at::RecordFunction named `name` (plus an NVTX range when

@@ -9,11 +9,15 @@
 #include <atomic>
 #include <cstdlib>
 #include <memory>
+#include <algorithm>
 #include <set>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "common.h"
 #include "context.h"
+#include "tensor_memory.h"
 
 namespace prof = torch::autograd::profiler;
 using torch::profiler::impl::ActivityType;
@@ -74,29 +78,65 @@ void restore_kineto() {
 
 extern "C" {
 
-tch_scope_status tch_scope_profile_start(bool cuda) {
+tch_scope_status tch_scope_profile_start(bool cuda, bool memory) {
   return tch_scope::guarded([&] {
-    ProfilerConfig config(ProfilerState::KINETO);
-    std::set<ActivityType> activities{ActivityType::CPU};
-    if (cuda) activities.insert(ActivityType::CUDA);
-    prof::prepareProfiler(config, activities);
-    quiet_kineto(cuda);
+    // An open tensor_memory scope's reporter makes way for the profiler
+    // (see tensor_memory.cpp); the profiler then records memory for it.
+    bool tensor_memory = tch_scope::tensor_memory::lift();
     try {
-      prof::enableProfiler(config, activities);
+      ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/false,
+                            /*profile_memory=*/memory || tensor_memory);
+      std::set<ActivityType> activities{ActivityType::CPU};
+      if (cuda) activities.insert(ActivityType::CUDA);
+      prof::prepareProfiler(config, activities);
+      quiet_kineto(cuda);
+      try {
+        prof::enableProfiler(config, activities);
+      } catch (...) {
+        restore_kineto();
+        throw;
+      }
     } catch (...) {
-      restore_kineto();
+      tch_scope::tensor_memory::unlift(nullptr, 0);
       throw;
     }
   });
 }
 
+namespace {
+// The profile's memory events, in the order they happened, for the
+// tensor_memory scopes whose reporter made way for it.
+std::vector<tch_scope::tensor_memory::Event> memory_events(const prof::ProfilerResult& result) {
+  std::vector<std::pair<uint64_t, tch_scope::tensor_memory::Event>> timed;
+  for (const auto& e : result.events()) {
+    if (e.name() != "[memory]") continue;
+    c10::Device device(e.deviceType(), static_cast<c10::DeviceIndex>(e.deviceIndex()));
+    timed.push_back({e.startNs(), {e.nBytes(), device}});
+  }
+  std::stable_sort(timed.begin(), timed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<tch_scope::tensor_memory::Event> out;
+  out.reserve(timed.size());
+  for (auto& [_, e] : timed) out.push_back(e);
+  return out;
+}
+}  // namespace
+
 tch_scope_status tch_scope_profile_stop(const char* path) {
   return tch_scope::guarded([&] {
     struct Restore {
-      ~Restore() { restore_kineto(); }
+      ~Restore() {
+        restore_kineto();
+        // Where the profiler failed to stop: no events (a no-op otherwise).
+        tch_scope::tensor_memory::unlift(nullptr, 0);
+      }
     } restore;
     auto result = prof::disableProfiler();
     if (!result) throw std::runtime_error("the profiler returned no result");
+    // The profiler is out of the slot: the reporter of any open
+    // tensor_memory scope goes back, having counted what the profile saw.
+    auto events = memory_events(*result);
+    tch_scope::tensor_memory::unlift(events.data(), events.size());
     result->save(path);
   });
 }

@@ -17,6 +17,9 @@
 // CUDA memory statistics and synchronisation (memory.cpp).
 #include "memory.h"
 
+// Tensor memory allocated and freed on this thread (tensor_memory.cpp).
+#include "tensor_memory.h"
+
 // RNG, autocast, profiler, anomaly, determinism, deadline and carried
 // context scopes (context.h).
 #include "context.h"

@@ -59,6 +59,7 @@
 //! | `stream(s)` | `torch.cuda.stream(s)` | [`cuda::Stream`] |
 //! | `timed`, `timed("name")`, `timed(name = "…", sync)` | a `time.perf_counter()` timer | [`Timed`] |
 //! | `memory_scope`, `memory_scope("name")` | a resident-memory reporter | [`HostMemory`] |
+//! | `tensor_memory`, `tensor_memory("name")` | `torch.profiler.profile(profile_memory=True)`'s allocations, summed: bytes of tensors this thread allocated and freed, net and peak | [`TensorMemory`] |
 //! | `gpu_memory_scope(device = 0)`, `gpu_memory_scope(device = 0, empty_cache = false)` (default `true`: the cache emptied before and after, so `reserved` shows the scope's own) | `torch.cuda.memory_allocated()` / `max_memory_allocated()` reporter | [`GpuMemory`] |
 //! | `distributed(rank = r, world_size = n, master = "host:port")`, `distributed(from_env)` (feature `distributed`) | `init_process_group("gloo")` … `destroy_process_group()` | [`dist::Distributed`] |
 //! | `deadline(Duration::from_millis(100))`, `deadline(until = t)` | a `SIGALRM` handler raising `TimeoutError` | [`Deadline`] |
@@ -179,7 +180,10 @@ pub use cuda::{built_with_cuda, cuda_device_count, current_cuda_device};
 pub use error::{EntryError, ScopeError};
 pub use exit::{ExitError, exit_errors_reported, reset_exit_hook, set_exit_hook};
 pub use future::{ScopeFutureExt, ScopeIterExt, Scoped, ScopedIter, Spanned, SpannedError};
-pub use memory::{GpuMemory, GpuMemoryGuard, HostMemory, HostMemoryGuard, last_memory_report};
+pub use memory::{
+    GpuMemory, GpuMemoryGuard, HostMemory, HostMemoryGuard, TensorMemory, TensorMemoryGuard,
+    last_memory_report,
+};
 pub use not_send::PhantomNotSend;
 pub use report::MemoryReport;
 pub use report::report;
@@ -222,7 +226,7 @@ pub use tch_scope_macros::{
 };
 pub use tch_scope_macros::{cudnn, matmul_precision, sdpa, stream, tf32};
 pub use tch_scope_macros::{device, enable_grad, eval, grad, inference_mode, no_grad, train, with};
-pub use tch_scope_macros::{gpu_memory_scope, memory_scope, timed};
+pub use tch_scope_macros::{gpu_memory_scope, memory_scope, tensor_memory, timed};
 
 pub use tch_scope_macros::deadline;
 

@@ -216,6 +216,11 @@ def floor_table():
     return rows, met, missed
 
 
+def bytes_cell(r, key):
+    """A byte count with thousands separators; — from runs before the field."""
+    return f"{r[key]:,}" if key in r else "—"
+
+
 def mlp_table():
     runs = []
     try:
@@ -239,10 +244,15 @@ def mlp_table():
             "passes after one warm-up; each variant in its own process, the fastest of "
             f"{rounds} such processes. Peak = VmHWM; "
             "growth = VmHWM − VmRSS after building the model and input (weights: "
-            f"{r0['layers'] * r0['width'] * (r0['width'] + 1) * 4 / 2**20:,.0f} MiB).")
+            f"{r0['layers'] * r0['width'] * (r0['width'] + 1) * 4 / 2**20:,.0f} MiB). "
+            "Activations: one more forward, output dropped inside, measured exactly in "
+            "tensor bytes (tch-scope: `tensor_memory`; Python: "
+            "`torch.profiler.profile(profile_memory=True)`'s `[memory]` events): the peak "
+            "of the bytes it held live, and all it allocated.")
     rows = [
-        "| variant | lang | ms / forward | speed-up vs grad | peak RSS MiB | peak growth MiB | growth vs grad |",
-        "|---|---|--:|--:|--:|--:|--:|",
+        "| variant | lang | ms / forward | speed-up vs grad | peak RSS MiB | peak growth MiB | growth vs grad "
+        "| activations peak, bytes | activations allocated, bytes |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for lang in ("rust", "python"):
         base = by.get((lang, "grad"))
@@ -257,7 +267,8 @@ def mlp_table():
             rows.append(
                 f"| {name} | {'tch-scope' if lang == 'rust' else 'PyTorch Python'} | {r['ms_median']:.0f} | "
                 f"{ratio(base['ms_median'], r['ms_median']) if base else '—'} | {r['hwm_kib'] / 1024:,.0f} | "
-                f"{growth:,.0f} | {ratio(growth, bgrowth) if bgrowth else '—'} |"
+                f"{growth:,.0f} | {ratio(growth, bgrowth) if bgrowth else '—'} | "
+                f"{bytes_cell(r, 'act_peak_bytes')} | {bytes_cell(r, 'act_allocated_bytes')} |"
             )
     claims = []
     for lang, label in (("rust", "tch-scope"), ("python", "PyTorch Python")):

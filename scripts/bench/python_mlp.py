@@ -1,7 +1,11 @@
 """PyTorch Python side of runtime/benches/mlp.rs: the same deep MLP
 forward with grad tracking, under torch.no_grad() and under
 torch.inference_mode(). One variant per process (argv[1]); prints one JSON
-line. Sizes from MLP_LAYERS / MLP_WIDTH / MLP_BATCH / MLP_ITERS.
+line. Sizes from MLP_LAYERS / MLP_WIDTH / MLP_BATCH / MLP_ITERS. Its
+activation memory comes from one more forward under
+torch.profiler.profile(profile_memory=True): the peak of the live bytes its
+`[memory]` events add up to, and their positive sizes summed (what the
+Rust side's `tensor_memory` reports).
 """
 
 import contextlib
@@ -22,6 +26,26 @@ def rss_kib():
             key, _, value = line.partition(":")
             fields[key] = value.split()[0] if value.split() else "0"
     return int(fields.get("VmRSS", 0)), int(fields.get("VmHWM", 0))
+
+
+def activation_bytes(model, x, scope):
+    """(peak live bytes, bytes allocated) of one forward, output dropped."""
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as prof:
+        with scope():
+            y = model(x)
+        del y
+    sizes = sorted(
+        ((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+         if e.name() == "[memory]"),
+        key=lambda t: t[0],  # stable: events of one time stay in order
+    )
+    live = peak = 0
+    for _, n in sizes:
+        live += n
+        peak = max(peak, live)
+    return peak, sum(n for _, n in sizes if n > 0)
 
 
 def main():
@@ -57,6 +81,7 @@ def main():
         del y
     times.sort()
     _, hwm = rss_kib()
+    act_peak, act_allocated = activation_bytes(model, x, scope)
     print(
         json.dumps(
             {
@@ -71,6 +96,8 @@ def main():
                 "ms_min": times[0],
                 "rss_before_kib": rss_before,
                 "hwm_kib": hwm,
+                "act_peak_bytes": act_peak,
+                "act_allocated_bytes": act_allocated,
             }
         )
     )

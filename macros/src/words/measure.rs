@@ -1,6 +1,6 @@
-//! The measuring words: `timed`, `memory_scope`, `gpu_memory_scope`. An
-//! unnamed one records under the default name (the function's path, or
-//! the place of the `scoped!` block).
+//! The measuring words: `timed`, `memory_scope`, `tensor_memory`,
+//! `gpu_memory_scope`. An unnamed one records under the default name (the
+//! function's path, or the place of the `scoped!` block).
 
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote, quote_spanned};
@@ -93,6 +93,7 @@ pub(crate) fn timed(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStrea
     Ok(quote_spanned!(span=> #private::timed(#site, #sync)))
 }
 
+/// `memory_scope` and `tensor_memory`: a name, written or the default.
 pub(crate) fn memory_scope(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
     let values = forms::options(word, item)?;
     let name = name(word, item, &values, cx);

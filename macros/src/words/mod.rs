@@ -173,6 +173,17 @@ pub(crate) const WORDS: &[Word] = &[
         ..BASE
     },
     Word {
+        name: "tensor_memory",
+        usage: "tensor_memory(\"name\")",
+        doc: "tensor bytes this thread allocates and frees",
+        params: &[NAME],
+        check: measure::memory_scope,
+        awaits: Awaits::Span,
+        fails: true,
+        examples: &["tensor_memory", "tensor_memory(\"t\")"],
+        ..BASE
+    },
+    Word {
         name: "gpu_memory_scope",
         usage: "gpu_memory_scope(device = 0, empty_cache = true, name = \"…\")",
         doc: "CUDA memory",

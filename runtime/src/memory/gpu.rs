@@ -198,6 +198,8 @@ impl GpuMemoryGuard {
             } else {
                 Outcome::Completed
             }),
+            allocated: None,
+            freed: None,
         };
         finish(r.clone(), self.start, Kind::GpuMemory);
         Some(r)

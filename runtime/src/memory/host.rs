@@ -295,6 +295,8 @@ impl HostMemoryGuard {
             } else {
                 Outcome::Completed
             }),
+            allocated: None,
+            freed: None,
         };
         finish(r.clone(), self.start, Kind::HostMemory);
         Some(r)

@@ -1,5 +1,6 @@
-//! Memory scopes: `gpu_memory_scope` (the CUDA caching allocator) and
-//! `memory_scope` (the process's resident memory), reporting to
+//! Memory scopes: `gpu_memory_scope` (the CUDA caching allocator),
+//! `memory_scope` (the process's resident memory) and `tensor_memory` (the
+//! tensor storage one thread allocates and frees), reporting to
 //! [`crate::report`] and as a [`MemoryReport`] value.
 //!
 //! Both peaks are device- or process-wide counters that can only be reset,
@@ -7,16 +8,19 @@
 //! wipe out its outer scope's peak. [`peak::Tracker`] keeps, per device, the
 //! open scopes' running peaks: before any reset it folds the counter's
 //! current peak into every open scope, so each scope — nested, sibling, or
-//! on another thread — reports its own true peak.
+//! on another thread — reports its own true peak. `tensor_memory` needs no
+//! reset: it sees every allocation and keeps each open scope's own counts.
 
 mod gpu;
 mod host;
 mod peak;
+mod tensor;
 
 use std::cell::RefCell;
 
 pub use gpu::{GpuMemory, GpuMemoryGuard};
 pub use host::{HostMemory, HostMemoryGuard};
+pub use tensor::{TensorMemory, TensorMemoryGuard};
 
 use crate::report::{self, Measurement, MemoryReport};
 use crate::trace::{self, Kind, SpanRecord};

@@ -115,6 +115,11 @@ pub fn memory_scope(name: &'static str) -> crate::HostMemory {
 }
 
 #[inline(always)]
+pub fn tensor_memory(name: &'static str) -> crate::TensorMemory {
+    crate::TensorMemory::new(name)
+}
+
+#[inline(always)]
 pub fn gpu_memory_scope(name: &'static str, device: usize, empty_cache: bool) -> crate::GpuMemory {
     crate::GpuMemory::new(name, device).empty_cache(empty_cache)
 }

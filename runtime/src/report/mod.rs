@@ -69,7 +69,7 @@ pub enum Measurement {
         /// How the body ended.
         outcome: Outcome,
     },
-    /// A `gpu_memory_scope` or `memory_scope` ended.
+    /// A `gpu_memory_scope`, `memory_scope` or `tensor_memory` ended.
     Memory(MemoryReport),
 }
 
@@ -267,7 +267,9 @@ pub(crate) fn record_memory(r: &MemoryReport) {
         row
     };
     if row != r.name {
-        let word = if r.device == "cpu" {
+        let word = if r.allocated.is_some() {
+            "tensor_memory"
+        } else if r.device == "cpu" {
             "memory_scope"
         } else {
             "gpu_memory_scope"

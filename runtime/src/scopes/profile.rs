@@ -25,7 +25,7 @@ use crate::trace::{self, Kind, SpanRecord};
 use crate::{Scope, ScopeError, clock, durable, ffi};
 
 unsafe extern "C" {
-    fn tch_scope_profile_start(cuda: bool) -> ffi::Status;
+    fn tch_scope_profile_start(cuda: bool, memory: bool) -> ffi::Status;
     fn tch_scope_profile_stop(path: *const c_char) -> ffi::Status;
     fn tch_scope_record_begin(name: *const c_char, range: *mut *mut c_void) -> ffi::Status;
     fn tch_scope_record_end(range: *mut c_void);
@@ -52,6 +52,7 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 #[derive(Debug, Clone)]
 pub struct Profile {
     path: PathBuf,
+    memory: bool,
 }
 
 impl Profile {
@@ -59,7 +60,29 @@ impl Profile {
     pub fn new(path: impl AsRef<Path>) -> Self {
         Self {
             path: path.as_ref().to_path_buf(),
+            memory: false,
         }
+    }
+
+    /// Records tensor allocations and frees too (`profile_memory=True`):
+    /// `[memory]` events in the trace. Inside a
+    /// [`tensor_memory`](crate::TensorMemory) scope of the same thread the
+    /// profile records them whatever this says, as that scope counts them
+    /// through the profile while it runs.
+    ///
+    /// ```
+    /// use tch::{Device, Kind, Tensor};
+    /// use tch_scope::{Profile, Scope};
+    /// let path = std::env::temp_dir().join(format!("doc-mem-{}.json", std::process::id()));
+    /// let guard = Profile::new(&path).memory(true).enter().unwrap();
+    /// drop(Tensor::ones([256, 256], (Kind::Float, Device::Cpu)));
+    /// drop(guard);
+    /// assert!(std::fs::read_to_string(&path).unwrap().contains("[memory]"));
+    /// # std::fs::remove_file(&path).unwrap();
+    /// ```
+    pub fn memory(mut self, on: bool) -> Self {
+        self.memory = on;
+        self
     }
 }
 
@@ -104,7 +127,7 @@ impl Scope for Profile {
         }
         let cuda = crate::cuda_device_count() > 0;
         // SAFETY: plain value; exceptions caught by the shim.
-        if let Err(e) = ffi::check(unsafe { tch_scope_profile_start(cuda) }) {
+        if let Err(e) = ffi::check(unsafe { tch_scope_profile_start(cuda, self.memory) }) {
             ACTIVE.store(false, Ordering::Release);
             return Err(fail(e));
         }

@@ -54,6 +54,7 @@ pub(crate) enum Kind {
     Record = 2,
     HostMemory = 3,
     GpuMemory = 4,
+    TensorMemory = 5,
 }
 
 impl Kind {
@@ -63,6 +64,7 @@ impl Kind {
             2 => Kind::Record,
             3 => Kind::HostMemory,
             4 => Kind::GpuMemory,
+            5 => Kind::TensorMemory,
             _ => return None,
         })
     }
@@ -74,7 +76,16 @@ impl Kind {
             Kind::Record => "record",
             Kind::HostMemory => "memory_scope",
             Kind::GpuMemory => "gpu_memory_scope",
+            Kind::TensorMemory => "tensor_memory",
         }
+    }
+
+    /// Whether its spans carry bytes (at entry, at exit, peak).
+    pub(crate) fn has_bytes(self) -> bool {
+        matches!(
+            self,
+            Kind::HostMemory | Kind::GpuMemory | Kind::TensorMemory
+        )
     }
 }
 
@@ -213,7 +224,7 @@ impl Buffer {
         let meta = s.kind as u64 | u64::from(outcome_to_u8(s.outcome)) << 8;
         slot.meta.store(meta, r);
         // Only memory spans carry bytes (the reader looks at no others').
-        if matches!(s.kind, Kind::HostMemory | Kind::GpuMemory) {
+        if s.kind.has_bytes() {
             for (to, &b) in slot.bytes.iter().zip(&s.bytes) {
                 to.store(b, r);
             }
@@ -299,7 +310,7 @@ impl Buffer {
                 start: slot.start.load(r),
                 end: slot.end.load(r),
                 outcome: outcome_from_u8((meta >> 8) as u8),
-                bytes: if matches!(kind, Kind::HostMemory | Kind::GpuMemory) {
+                bytes: if kind.has_bytes() {
                     [0, 1, 2].map(|i| slot.bytes[i].load(r))
                 } else {
                     [0; 3]

@@ -6,7 +6,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::buffer::{Buffer, Kind};
+use super::buffer::Buffer;
 use crate::clock;
 
 /// Writes every buffer's spans to `path`: per thread, ordered by start
@@ -58,7 +58,7 @@ pub(super) fn write(
                 b.tid,
                 s.outcome.as_str()
             );
-            if matches!(s.kind, Kind::HostMemory | Kind::GpuMemory) {
+            if s.kind.has_bytes() {
                 let [entry, exit, peak] = s.bytes;
                 let _ = write!(
                     out,
