@@ -178,7 +178,7 @@ pub(crate) const WORDS: &[Word] = &[
         doc: "tensor bytes this thread allocates and frees",
         params: &[NAME],
         check: measure::memory_scope,
-        awaits: Awaits::Span,
+        awaits: Awaits::WholeFuture,
         fails: true,
         examples: &["tensor_memory", "tensor_memory(\"t\")"],
         ..BASE
