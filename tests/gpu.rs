@@ -191,6 +191,45 @@ fn gpu_memory_scope_sees_exactly_what_pytorch_sees() {
     assert_eq!(outer.peak_growth(), want, "{outer:?}");
 }
 
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
+fn tensor_memory_counts_cuda_tensors_exactly() {
+    if !cuda_or_skip("tensor_memory_counts_cuda_tensors_exactly") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const MIB: i64 = 1 << 20;
+    let cuda = (Kind::Float, Device::Cuda(0));
+    // The caching allocator reports each block it hands out and takes back
+    // (a 1 MiB tensor is a 1 MiB block: sizes round to 512 bytes).
+    let kept = scoped!(tensor_memory("gpu::tensor_kept") => Tensor::zeros([1024, 256], cuda));
+    let r = last_memory_report().unwrap();
+    assert_eq!((r.delta(), r.device.as_str()), (MIB, "cuda:0"), "{r:?}");
+    scoped!(tensor_memory("gpu::tensor_dropped") => {
+        drop(Tensor::zeros([1024, 256], cuda));
+        scoped!(tensor_memory("gpu::tensor_inner") => {
+            drop(Tensor::zeros([1024, 512], cuda));
+        });
+    });
+    let outer = last_memory_report().unwrap();
+    assert_eq!(outer.name, "gpu::tensor_dropped");
+    assert_eq!(
+        (outer.delta(), outer.peak_growth()),
+        (0, 2 * MIB as u64),
+        "{outer:?}"
+    );
+    assert_eq!(
+        (outer.allocated, outer.freed),
+        (Some(3 * MIB as u64), Some(3 * MIB as u64))
+    );
+    figure(&[
+        ("tensor_memory", "zeros(1024x256)_f32_cuda".into()),
+        ("kept_delta_bytes", r.delta().to_string()),
+        ("dropped_peak_growth_bytes", outer.peak_growth().to_string()),
+    ]);
+    drop(kept);
+}
+
 /// `distributed(backend = nccl)`, a group of one on cuda:0: every
 /// collective on a CUDA tensor, and the time of a 256 MiB all_reduce.
 

@@ -97,6 +97,7 @@ class Hub final : public torch::profiler::impl::ProfilerStateBase,
 
   std::shared_ptr<Hub> count_here(int64_t size, c10::Device device) {
     std::lock_guard<std::mutex> g(mu_);
+    level_ += size;
     for (auto& o : open_) {
       auto& c = o.counts;
       c.net += size;
@@ -112,10 +113,11 @@ class Hub final : public torch::profiler::impl::ProfilerStateBase,
     return below_;
   }
 
-  uint64_t open() {
+  uint64_t open(int64_t* level) {
     std::lock_guard<std::mutex> g(mu_);
     open_.push_back({++next_id_, Counts{}});
     n_open_.fetch_add(1, std::memory_order_relaxed);
+    *level = level_;
     return next_id_;
   }
 
@@ -125,6 +127,7 @@ class Hub final : public torch::profiler::impl::ProfilerStateBase,
     auto it = std::find_if(open_.begin(), open_.end(), [&](const Open& o) { return o.id == id; });
     if (it == open_.end()) return false;
     *out = it->counts;
+    out->level = level_;
     open_.erase(it);
     n_open_.fetch_sub(1, std::memory_order_relaxed);
     return true;
@@ -140,6 +143,8 @@ class Hub final : public torch::profiler::impl::ProfilerStateBase,
   std::mutex mu_;
   std::vector<Open> open_;
   uint64_t next_id_ = 0;
+  // Net bytes counted here since the hub was made: the thread's level.
+  int64_t level_ = 0;
   std::atomic<int> n_open_{0};
   // The hub this one was put over (carried from another thread), if any.
   std::shared_ptr<Hub> below_;
@@ -234,12 +239,12 @@ void unlift(const Event* events, size_t n) {
 
 extern "C" {
 
-tch_scope_status tch_scope_tensor_memory_enter(uint64_t* id) {
+tch_scope_status tch_scope_tensor_memory_enter(uint64_t* id, int64_t* level) {
   return tch_scope::guarded([&] {
     auto& t = thread_hub();
     if (!t.hub) t.hub = std::make_shared<Hub>();
     install(t);
-    *id = t.hub->open();
+    *id = t.hub->open(level);
   });
 }
 

@@ -18,26 +18,30 @@ typedef struct {
   uint64_t allocated;  // sum of the allocations
   uint64_t freed;      // sum of the frees
   uint64_t devices;    // bit 0: cpu; bit 1 + i: cuda:i (i < 62); bit 63: other
+  int64_t level;       // the thread's level after the scope (see `_enter`)
 } tch_scope_tensor_memory_counts;
 
-// Opens a scope on this thread; `*id` names it for the exit. Fails when a
+// Opens a scope on this thread; `*id` names it for the exit, `*level` is the
+// thread's level at entry: the net bytes its tensor_memory scopes have
+// counted since its first (the trace's counter track). Fails when a
 // libtorch profiler other than tch-scope's own `profile` holds this
 // thread's memory reports (see tensor_memory.cpp).
-tch_scope_status tch_scope_tensor_memory_enter(uint64_t* id);
+tch_scope_status tch_scope_tensor_memory_enter(uint64_t* id, int64_t* level);
 // Closes the scope `id` of this thread (any order) and writes its counts.
 tch_scope_status tch_scope_tensor_memory_exit(uint64_t id, tch_scope_tensor_memory_counts* out);
 
 #ifdef __cplusplus
 }  // extern "C"
 // Mirrored by `Counts` in runtime/src/memory/tensor.rs, which checks the same.
-static_assert(sizeof(tch_scope_tensor_memory_counts) == 48 &&
+static_assert(sizeof(tch_scope_tensor_memory_counts) == 56 &&
               alignof(tch_scope_tensor_memory_counts) == 8);
 static_assert(offsetof(tch_scope_tensor_memory_counts, net) == 0 &&
               offsetof(tch_scope_tensor_memory_counts, peak) == 8 &&
               offsetof(tch_scope_tensor_memory_counts, lowest) == 16 &&
               offsetof(tch_scope_tensor_memory_counts, allocated) == 24 &&
               offsetof(tch_scope_tensor_memory_counts, freed) == 32 &&
-              offsetof(tch_scope_tensor_memory_counts, devices) == 40);
+              offsetof(tch_scope_tensor_memory_counts, devices) == 40 &&
+              offsetof(tch_scope_tensor_memory_counts, level) == 48);
 
 #include <c10/core/Device.h>
 

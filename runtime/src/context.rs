@@ -24,6 +24,10 @@
 //! worker's operators into that profile: enter it only while the profile
 //! is open. Process-wide settings (`seed`, `threads`, `deterministic`, …)
 //! need no carrying.
+//!
+//! While the [trace](crate::trace) records, entering a context captured
+//! during the recording writes a flow event from the capture to the entry,
+//! so Perfetto draws an arrow from the request's span to the worker's.
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
@@ -101,6 +105,8 @@ struct Captured {
     raw: NonNull<c_void>,
     device: Device,
     cuda: Option<usize>,
+    /// Where the trace's flow to the entering threads starts, if it recorded.
+    flow: Option<crate::trace::FlowStart>,
 }
 
 // SAFETY: the shim's object is read only after capture (entering copies
@@ -145,6 +151,7 @@ impl Context {
                 raw,
                 device: crate::current_device(),
                 cuda: crate::current_cuda_device(),
+                flow: crate::trace::flow_start(),
             }),
         }
     }
@@ -270,6 +277,9 @@ impl Context {
         };
         // On failure `guard` drops here and libtorch's part is put back.
         guard.device = Some(enter_captured(self.inner.device, self.inner.cuda)?);
+        if let Some(from) = self.inner.flow {
+            crate::trace::flow_end(from);
+        }
         Ok(guard)
     }
 }

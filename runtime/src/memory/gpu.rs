@@ -201,7 +201,7 @@ impl GpuMemoryGuard {
             allocated: None,
             freed: None,
         };
-        finish(r.clone(), self.start, Kind::GpuMemory);
+        finish(r.clone(), self.start, Kind::GpuMemory, None);
         Some(r)
     }
 }

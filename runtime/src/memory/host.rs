@@ -298,7 +298,7 @@ impl HostMemoryGuard {
             allocated: None,
             freed: None,
         };
-        finish(r.clone(), self.start, Kind::HostMemory);
+        finish(r.clone(), self.start, Kind::HostMemory, None);
         Some(r)
     }
 }

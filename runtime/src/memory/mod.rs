@@ -51,16 +51,19 @@ fn trace_start() -> Option<u64> {
 }
 
 /// Sends a finished report everywhere it goes (the trace too, if the
-/// scope was entered while it recorded).
-fn finish(r: MemoryReport, start: Option<u64>, kind: Kind) {
+/// scope was entered while it recorded). `level` is the trace's counter
+/// at entry, when it differs from `r.at_entry` (`tensor_memory`: the
+/// thread's level).
+fn finish(r: MemoryReport, start: Option<u64>, kind: Kind, level: Option<i64>) {
     if let Some(start) = start {
+        let level = level.unwrap_or_else(|| i64::try_from(r.at_entry).unwrap_or(i64::MAX));
         trace::push(&SpanRecord {
             kind,
             name: trace::intern(r.name),
             start,
             end: crate::clock::now(),
             outcome: r.outcome,
-            bytes: [r.at_entry, r.at_exit, r.peak],
+            bytes: [r.at_entry, r.at_exit, r.peak, level.cast_unsigned()],
         });
     }
     report::record_memory(&r);

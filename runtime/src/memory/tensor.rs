@@ -22,17 +22,19 @@ struct Counts {
     allocated: u64,
     freed: u64,
     devices: u64,
+    level: i64,
 }
 
 const _: () = {
-    assert!(size_of::<Counts>() == 48 && align_of::<Counts>() == 8);
+    assert!(size_of::<Counts>() == 56 && align_of::<Counts>() == 8);
     assert!(offset_of!(Counts, net) == 0 && offset_of!(Counts, peak) == 8);
     assert!(offset_of!(Counts, lowest) == 16 && offset_of!(Counts, allocated) == 24);
     assert!(offset_of!(Counts, freed) == 32 && offset_of!(Counts, devices) == 40);
+    assert!(offset_of!(Counts, level) == 48);
 };
 
 unsafe extern "C" {
-    fn tch_scope_tensor_memory_enter(id: *mut u64) -> ffi::Status;
+    fn tch_scope_tensor_memory_enter(id: *mut u64, level: *mut i64) -> ffi::Status;
     fn tch_scope_tensor_memory_exit(id: u64, out: *mut Counts) -> ffi::Status;
 }
 
@@ -133,6 +135,8 @@ pub struct TensorMemoryGuard {
     id: Option<u64>,
     /// The clock at entry, while the trace records.
     start: Option<u64>,
+    /// The thread's level at entry (the trace's counter track).
+    level: i64,
     failed: bool,
     _not_send: crate::PhantomNotSend,
     /// Last field: exited after the report is published inside it.
@@ -183,20 +187,22 @@ impl Scope for TensorMemory {
                 name: self.name,
                 id: None,
                 start: None,
+                level: 0,
                 failed: false,
                 _not_send: crate::PhantomNotSend::NEW,
                 span: GuardSpan::NONE,
             });
         }
         let start = trace_start();
-        let mut id = 0;
-        // SAFETY: a writable out-param; exceptions caught by the shim.
-        ffi::check(unsafe { tch_scope_tensor_memory_enter(&mut id) })
+        let (mut id, mut level) = (0, 0);
+        // SAFETY: writable out-params; exceptions caught by the shim.
+        ffi::check(unsafe { tch_scope_tensor_memory_enter(&mut id, &mut level) })
             .map_err(|e| ScopeError::new(format!("tensor_memory({:?})", self.name), None, e))?;
         Ok(TensorMemoryGuard {
             name: self.name,
             id: Some(id),
             start,
+            level,
             failed: false,
             _not_send: crate::PhantomNotSend::NEW,
             span: guard_span!(target: "tch_scope", "tensor_memory", name = self.name),
@@ -245,7 +251,7 @@ impl TensorMemoryGuard {
             allocated: Some(c.allocated),
             freed: Some(c.freed),
         };
-        finish(r.clone(), self.start, Kind::TensorMemory);
+        finish(r.clone(), self.start, Kind::TensorMemory, Some(self.level));
         Some(r)
     }
 }

@@ -231,7 +231,7 @@ impl Drop for RecordGuard {
                 start,
                 end: clock::now(),
                 outcome: crate::report::Outcome::at_exit_or(crate::report::Outcome::Completed),
-                bytes: [0; 3],
+                bytes: [0; 4],
             });
         }
         if self.range.is_null() {

@@ -328,7 +328,7 @@ impl Run {
                 start: self.start,
                 end,
                 outcome,
-                bytes: [0; 3],
+                bytes: [0; 4],
             });
         }
         report::publish(|| Measurement::Time {

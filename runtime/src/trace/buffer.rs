@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 use super::budget::Budget;
 use crate::report::Outcome;
 
-/// Spans per chunk (56 KiB).
+/// Spans per chunk (64 KiB: a slot is one 64-byte cache line).
 const CHUNK: usize = 1024;
 /// Bytes of one slot (one span).
 pub(crate) const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
@@ -55,6 +55,12 @@ pub(crate) enum Kind {
     HostMemory = 3,
     GpuMemory = 4,
     TensorMemory = 5,
+    /// An instant ([`super::mark`]): `start == end`.
+    Mark = 6,
+    /// A [`Context`](crate::Context) entered on this thread: `start` is its
+    /// capture, `end` its entry, `bytes` the capturing thread's id and the
+    /// flow's id.
+    Flow = 7,
 }
 
 impl Kind {
@@ -65,6 +71,8 @@ impl Kind {
             3 => Kind::HostMemory,
             4 => Kind::GpuMemory,
             5 => Kind::TensorMemory,
+            6 => Kind::Mark,
+            7 => Kind::Flow,
             _ => return None,
         })
     }
@@ -77,6 +85,8 @@ impl Kind {
             Kind::HostMemory => "memory_scope",
             Kind::GpuMemory => "gpu_memory_scope",
             Kind::TensorMemory => "tensor_memory",
+            Kind::Mark => "mark",
+            Kind::Flow => "context",
         }
     }
 
@@ -86,6 +96,11 @@ impl Kind {
             self,
             Kind::HostMemory | Kind::GpuMemory | Kind::TensorMemory
         )
+    }
+
+    /// Whether its records use [`SpanRecord::bytes`] (memory spans, flows).
+    fn has_words(self) -> bool {
+        self.has_bytes() || self == Kind::Flow
     }
 }
 
@@ -117,8 +132,11 @@ pub(crate) struct SpanRecord {
     pub start: u64,
     pub end: u64,
     pub outcome: Outcome,
-    /// Memory scopes: bytes at entry, at exit, and the peak.
-    pub bytes: [u64; 3],
+    /// Memory scopes: bytes at entry, at exit, the peak, and the counter
+    /// track's level at entry (an `i64`'s bits: for `tensor_memory` the
+    /// thread's level, else the bytes at entry). Flows: the capturing
+    /// thread's id and the flow's id.
+    pub bytes: [u64; 4],
 }
 
 #[derive(Default)]
@@ -128,7 +146,7 @@ struct Slot {
     name: AtomicPtr<&'static str>,
     /// Kind (low 8 bits) and outcome (bits 8..16).
     meta: AtomicU64,
-    bytes: [AtomicU64; 3],
+    bytes: [AtomicU64; 4],
 }
 
 /// One thread's spans of one recording.
@@ -223,8 +241,9 @@ impl Buffer {
         slot.name.store(std::ptr::from_ref(s.name).cast_mut(), r);
         let meta = s.kind as u64 | u64::from(outcome_to_u8(s.outcome)) << 8;
         slot.meta.store(meta, r);
-        // Only memory spans carry bytes (the reader looks at no others').
-        if s.kind.has_bytes() {
+        // Only memory spans and flows carry words (the reader looks at no
+        // others').
+        if s.kind.has_words() {
             for (to, &b) in slot.bytes.iter().zip(&s.bytes) {
                 to.store(b, r);
             }
@@ -310,10 +329,10 @@ impl Buffer {
                 start: slot.start.load(r),
                 end: slot.end.load(r),
                 outcome: outcome_from_u8((meta >> 8) as u8),
-                bytes: if kind.has_bytes() {
-                    [0, 1, 2].map(|i| slot.bytes[i].load(r))
+                bytes: if kind.has_words() {
+                    [0, 1, 2, 3].map(|i| slot.bytes[i].load(r))
                 } else {
-                    [0; 3]
+                    [0; 4]
                 },
             });
         }
@@ -345,7 +364,7 @@ mod tests {
             start: i,
             end: i + 1,
             outcome: Outcome::Completed,
-            bytes: [0; 3],
+            bytes: [0; 4],
         }
     }
 

@@ -6,7 +6,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::buffer::Buffer;
+use super::buffer::{Buffer, Kind, SpanRecord};
 use crate::clock;
 
 /// Writes every buffer's spans to `path`: per thread, ordered by start
@@ -45,28 +45,12 @@ pub(super) fn write(
         let mut spans = b.spans();
         spans.sort_by_key(|s| (s.start, std::cmp::Reverse(s.end)));
         for s in spans {
-            let ts = clock::nanos(epoch, s.start);
-            let dur = clock::nanos(s.start, s.end);
-            out.push_str(",\n{\"name\":");
-            string(&mut out, s.name);
-            let _ = write!(
-                out,
-                ",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{pid},\"tid\":{},\"args\":{{\"outcome\":\"{}\"",
-                s.kind.category(),
-                Micros(ts),
-                Micros(dur),
-                b.tid,
-                s.outcome.as_str()
-            );
-            if s.kind.has_bytes() {
-                let [entry, exit, peak] = s.bytes;
-                let _ = write!(
-                    out,
-                    ",\"at_entry\":{entry},\"at_exit\":{exit},\"peak\":{peak},\"peak_growth\":{}",
-                    peak.saturating_sub(entry)
-                );
+            match s.kind {
+                Kind::Mark => mark(&mut out, &s, epoch, pid, b.tid),
+                Kind::Flow if s.start >= epoch => flow(&mut out, &s, epoch, pid, b.tid),
+                Kind::Flow => {} // captured before this recording began
+                _ => complete(&mut out, &s, epoch, pid, b.tid),
             }
-            out.push_str("}}");
         }
     }
     let _ = write!(
@@ -76,6 +60,78 @@ pub(super) fn write(
     let mut f = std::fs::File::create(path)?;
     f.write_all(out.as_bytes())?;
     f.sync_all()
+}
+
+/// A span: a `"ph": "X"` complete event; a memory span's bytes in its
+/// args, and two samples of its counter track (at entry and at exit).
+fn complete(out: &mut String, s: &SpanRecord, epoch: u64, pid: u32, tid: u64) {
+    let ts = clock::nanos(epoch, s.start);
+    let dur = clock::nanos(s.start, s.end);
+    out.push_str(",\n{\"name\":");
+    string(out, s.name);
+    let _ = write!(
+        out,
+        ",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"outcome\":\"{}\"",
+        s.kind.category(),
+        Micros(ts),
+        Micros(dur),
+        s.outcome.as_str()
+    );
+    if !s.kind.has_bytes() {
+        out.push_str("}}");
+        return;
+    }
+    let [entry, exit, peak, level] = s.bytes;
+    let _ = write!(
+        out,
+        ",\"at_entry\":{entry},\"at_exit\":{exit},\"peak\":{peak},\"peak_growth\":{}}}}}",
+        peak.saturating_sub(entry)
+    );
+    // The counter: resident or CUDA bytes of the process as measured; for
+    // tensor_memory the thread's level (one track per thread: "id").
+    let level = level.cast_signed();
+    let at_exit = level.saturating_add(exit.cast_signed().wrapping_sub(entry.cast_signed()));
+    let track = if s.kind == Kind::TensorMemory {
+        format!(",\"id\":\"{tid}\"")
+    } else {
+        String::new()
+    };
+    for (at, bytes) in [(ts, level), (ts + dur, at_exit)] {
+        let _ = write!(
+            out,
+            ",\n{{\"name\":\"{} bytes\",\"cat\":\"{}\",\"ph\":\"C\",\"ts\":{},\"pid\":{pid},\"tid\":{tid}{track},\"args\":{{\"bytes\":{bytes}}}}}",
+            s.kind.category(),
+            s.kind.category(),
+            Micros(at),
+        );
+    }
+}
+
+/// A marker: a `"ph": "i"` instant event on the thread's track.
+fn mark(out: &mut String, s: &SpanRecord, epoch: u64, pid: u32, tid: u64) {
+    out.push_str(",\n{\"name\":");
+    string(out, s.name);
+    let _ = write!(
+        out,
+        ",\"cat\":\"mark\",\"ph\":\"i\",\"s\":\"t\",\"ts\":{},\"pid\":{pid},\"tid\":{tid}}}",
+        Micros(clock::nanos(epoch, s.start))
+    );
+}
+
+/// A context captured on one thread and entered on this one: a flow from
+/// the span open at the capture (`"ph": "s"`) to the next span that
+/// starts here (`"ph": "f"`).
+fn flow(out: &mut String, s: &SpanRecord, epoch: u64, pid: u32, tid: u64) {
+    let [from, id, ..] = s.bytes;
+    for (ph, ts, tid) in [("s", s.start, from), ("f", s.end, tid)] {
+        out.push_str(",\n{\"name\":");
+        string(out, s.name);
+        let _ = write!(
+            out,
+            ",\"cat\":\"context\",\"ph\":\"{ph}\",\"id\":{id},\"ts\":{},\"pid\":{pid},\"tid\":{tid}}}",
+            Micros(clock::nanos(epoch, ts))
+        );
+    }
 }
 
 /// Nanoseconds shown as microseconds with three decimals.

@@ -8,6 +8,21 @@
 //! profiler writes them), a `thread_name` event per thread, and for memory
 //! scopes the bytes at entry, at exit and at the peak. Nested scopes nest.
 //!
+//! Beside the spans:
+//! - **Counter tracks** (`"ph": "C"`), so Perfetto draws bytes over time:
+//!   each memory scope adds a sample at its entry and at its exit, to
+//!   `memory_scope bytes` (resident bytes of the process),
+//!   `gpu_memory_scope bytes` (CUDA bytes allocated) or
+//!   `tensor_memory bytes` (one track per thread, `"id"` its thread id:
+//!   the net tensor bytes the thread's `tensor_memory` scopes have counted
+//!   since its first, so only differences mean something). Samples come
+//!   at scope boundaries only: nest scopes where the curve should bend.
+//! - **Markers** (`"ph": "i"`) written by [`mark`]: epochs, steps.
+//! - **Flows** (`"ph": "s"` / `"f"`, one `id` each): a
+//!   [`Context`](crate::Context) captured while recording and entered on
+//!   a thread links the span open where it was captured to the next span
+//!   that starts where it was entered (a request's handler to its worker).
+//!
 //! ```
 //! use tch_scope::{timed, trace};
 //!
@@ -31,7 +46,7 @@
 //! allocation (past its first span of a recording, and one allocation per
 //! 1024 spans until the ring is full); timestamps come from the CPU's
 //! time-stamp counter. A thread keeps at most [`capacity`] spans
-//! (1 048 576 unless [`set_capacity`] says otherwise, 56 bytes each,
+//! (1 048 576 unless [`set_capacity`] says otherwise, 64 bytes each,
 //! allocated as used); past that its oldest are dropped and counted
 //! ([`dropped`], and `otherData.dropped_spans` in the file).
 //!
@@ -419,8 +434,7 @@ fn renew(l: &mut Local) {
     // Read under the lock that `start` bumps it under: this buffer belongs
     // to the recording it joins.
     let generation = GENERATION.load(Ordering::Acquire);
-    // SAFETY: gettid has no preconditions.
-    let tid = u64::try_from(unsafe { libc::gettid() }).unwrap_or(0);
+    let tid = this_tid();
     let name = std::thread::current()
         .name()
         .map_or_else(|| format!("thread {tid}"), str::to_owned);
@@ -436,6 +450,83 @@ fn renew(l: &mut Local) {
     l.generation = generation;
     l.pos = 0;
     l.buffer = Some(b);
+}
+
+/// Writes an instant event named `name` on this thread's track (a
+/// `"ph": "i"` marker: an epoch, a step, a checkpoint), if a recording is
+/// running; otherwise does nothing. Names are kept for the life of the
+/// process (one copy each): use a bounded set of names, such as
+/// `"epoch"`, not `format!("epoch {i}")` per step.
+///
+/// ```
+/// tch_scope::trace::start();
+/// tch_scope::trace::mark("epoch");
+/// tch_scope::trace::stop();
+/// let path = std::env::temp_dir().join(format!("doc-mark-{}.json", std::process::id()));
+/// tch_scope::trace::write_chrome(&path).unwrap();
+/// let json = std::fs::read_to_string(&path).unwrap();
+/// assert!(json.contains(r#""name":"epoch","cat":"mark","ph":"i""#));
+/// # std::fs::remove_file(&path).unwrap();
+/// ```
+pub fn mark(name: &str) {
+    if !recording() {
+        return;
+    }
+    let now = crate::clock::now();
+    push(&SpanRecord {
+        kind: Kind::Mark,
+        name: intern(name),
+        start: now,
+        end: now,
+        outcome: crate::report::Outcome::Completed,
+        bytes: [0; 4],
+    });
+}
+
+/// Where and when a [`Context`](crate::Context) was captured while the
+/// trace recorded: the start of a flow to the threads that enter it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FlowStart {
+    at: u64,
+    tid: u64,
+}
+
+/// The start of a flow from this thread, now, if a recording is running.
+pub(crate) fn flow_start() -> Option<FlowStart> {
+    recording().then(|| FlowStart {
+        at: crate::clock::now(),
+        tid: this_tid(),
+    })
+}
+
+/// Records a flow from `from` to this thread, now (a captured context
+/// entered here).
+pub(crate) fn flow_end(from: FlowStart) {
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+    static NAME: &str = "with(context)";
+    if !recording() {
+        return;
+    }
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    push(&SpanRecord {
+        kind: Kind::Flow,
+        name: &NAME,
+        start: from.at,
+        end: crate::clock::now(),
+        outcome: crate::report::Outcome::Completed,
+        bytes: [from.tid, id, 0, 0],
+    });
+}
+
+/// The OS thread id, as the trace shows it (read once per thread).
+pub(crate) fn this_tid() -> u64 {
+    thread_local! {
+        static TID: u64 = {
+            // SAFETY: gettid has no preconditions.
+            u64::try_from(unsafe { libc::gettid() }).unwrap_or(0)
+        };
+    }
+    TID.try_with(|t| *t).unwrap_or(0)
 }
 
 /// A name as one word: the same `&'static &'static str` for equal names,
