@@ -10,6 +10,11 @@
 //! one); what a background thread does with it is drained between chunks,
 //! outside the timed part, so a long run keeps its memory bounded.
 //!
+//! tch-scope is measured as a span recorder alone, without its `metrics`
+//! feature (this package's default): that one hands every `timed` run to the
+//! metrics facade as well, a cost no peer here pays. Hence
+//! `--no-default-features --features peers`.
+//!
 //! Ids (scripts/bench/collect.py reads them by these names):
 //! `peers/tch_scope_traced`, `peers/tch_scope_off`, `peers/fastrace`,
 //! `peers/puffin_on`, `peers/puffin_off`, `peers/tracing_chrome`.
@@ -21,6 +26,12 @@ use std::time::{Duration, Instant};
 
 use criterion::{Bencher, Criterion, criterion_group, criterion_main};
 use tch_scope::scoped;
+
+#[cfg(feature = "metrics")]
+compile_error!(
+    "benches/peers.rs measures tch-scope without its `metrics` feature: \
+     cargo bench -p examples --no-default-features --features peers --bench peers"
+);
 
 /// Spans per root: fastrace's README figure is 1000 spans under one root.
 const CHUNK: u64 = 1000;
