@@ -120,7 +120,7 @@ fn fastrace_(g: &mut Group<'_>) {
             // it now and then.
             || {
                 chunks += 1;
-                if chunks % 16 == 0 {
+                if chunks.is_multiple_of(16) {
                     fastrace::flush();
                 }
             },
@@ -174,9 +174,8 @@ const CAP: u64 = 64 << 20;
 
 impl Write for Capped {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let keep = CAP.saturating_sub(self.written).min(buf.len() as u64);
-        #[allow(clippy::cast_possible_truncation)] // keep <= buf.len()
-        self.file.write_all(&buf[..keep as usize])?;
+        let room = usize::try_from(CAP.saturating_sub(self.written)).unwrap_or(usize::MAX);
+        self.file.write_all(&buf[..room.min(buf.len())])?;
         self.written += buf.len() as u64;
         Ok(buf.len())
     }
