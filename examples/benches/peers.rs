@@ -64,7 +64,7 @@ fn chunked<R, T>(
     });
 }
 
-fn tch_scope(c: &mut Criterion) {
+fn peers(c: &mut Criterion) {
     let mut g = c.benchmark_group("peers");
     // The timeline recording every span into a bounded ring (it wraps, so
     // the cost is steady), as in runtime/benches/scopes.rs.
@@ -225,5 +225,5 @@ fn tracing_chrome_(g: &mut Group<'_>) {
     drop(guard);
 }
 
-criterion_group!(benches, tch_scope);
+criterion_group!(benches, peers);
 criterion_main!(benches);
