@@ -86,6 +86,7 @@ gpu-bundle-smoke: gpu-bundle
 lint: libtorch
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p examples --no-default-features --features peers --benches -- -D warnings
 	$(CARGO) fmt --manifest-path $(DOWNSTREAM) --check
 
 fmt:

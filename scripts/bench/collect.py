@@ -1,9 +1,12 @@
 """Reads what scripts/bench/run.sh measured (target/bench/) and prints the
 results section of docs/benchmarks.md as markdown; given that file as a
 second argument, also writes the section into it, between the markers
-BEGIN and END below (the prose around them is kept). Stdlib only; a
-missing input leaves its cells as "—" rather than failing (benchmarks
-report, they never fail)."""
+BEGIN and END below (the prose around them is kept), and the section
+"Against other span recorders" between PEERS_BEGIN and PEERS_END. With
+`--only peers` as a third argument, only that section (the criterion group
+`peers`, examples/benches/peers.rs, run on its own), leaving the rest as
+measured before. Stdlib only; a missing input leaves its cells as "—"
+rather than failing (benchmarks report, they never fail)."""
 
 import datetime
 import json
@@ -15,8 +18,11 @@ import sys
 
 OUT = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "target/bench")
 DOC = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
+ONLY = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--only" else None
 BEGIN = "<!-- make bench writes from here -->"
 END = "<!-- to here -->"
+PEERS_BEGIN = "<!-- make bench writes the peers from here -->"
+PEERS_END = "<!-- to here (peers) -->"
 
 # (criterion group, shown as, PyTorch Python equivalent, raw tch equivalent)
 WORDS = [
@@ -309,7 +315,97 @@ def compile_table():
     return rows, head, r
 
 
+# examples/benches/peers.rs: (function, recorder, what one span is there).
+PEERS = [
+    ("tch_scope_traced", "tch-scope `timed`, trace recording",
+     "`trace::start()` (a ring of 65,536 slots), `scoped!(timed => …)`"),
+    ("fastrace", "fastrace {fastrace}, reporting on",
+     "`LocalSpan::enter_with_local_parent`, 1000 under a root `Span` + `set_local_parent`, "
+     "a reporter that drops what it gets"),
+    ("puffin_on", "puffin {puffin}, scopes on",
+     "`profile_scope!`, 1000 in a frame scope, `GlobalProfiler::new_frame()` after each frame"),
+    ("tracing_chrome", "tracing {tracing} + tracing-chrome {tracing-chrome}",
+     "`span!(Level::INFO, \"x\").entered()`, tracing-chrome's layer writing JSON"),
+    ("tch_scope_off", "tch-scope `timed`, `report::set_enabled(false)`", "`scoped!(timed => …)`"),
+    ("puffin_off", "puffin {puffin}, `set_scopes_on(false)`", "`profile_scope!`"),
+]
+
+
+def lock_versions():
+    """The peers' versions, from Cargo.lock."""
+    vs = {}
+    try:
+        text = pathlib.Path("Cargo.lock").read_text()
+    except OSError:
+        return vs
+    for block in text.split("[[package]]"):
+        fields = dict(
+            (k.strip(), v.strip().strip('"'))
+            for k, _, v in (line.partition("=") for line in block.splitlines() if "=" in line)
+        )
+        if fields.get("name") in ("fastrace", "puffin", "tracing", "tracing-chrome"):
+            vs[fields["name"]] = fields.get("version", "?")
+    return vs
+
+
+def peers_section():
+    """One span in tch-scope and in other span recorders: the criterion group
+    `peers`, in ns per span."""
+    home = pathlib.Path(os.environ.get("CRITERION_HOME", OUT / "criterion"))
+    got = {f: criterion("peers", f) for f, _, _ in PEERS}
+    vs = {k: "" for k in ("fastrace", "puffin", "tracing", "tracing-chrome")}
+    vs.update(lock_versions())
+    out = ["## Against other span recorders", ""]
+    est = [home / "peers" / f / "new" / "estimates.json" for f, _, _ in PEERS]
+    est = [p for p in est if p.exists()]
+    if est:
+        when = datetime.datetime.fromtimestamp(max(p.stat().st_mtime for p in est), datetime.timezone.utc)
+        model = sh("lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1") or platform.processor()
+        load_at = OUT / "loadavg-peers"
+        load_txt = (f"; load average {' '.join(load_at.read_text().split()[:3])} at its start"
+                    if load_at.exists() else "")
+        out += [f"Measured {when.strftime('%Y-%m-%d %H:%M UTC')} on {model}, {os.cpu_count()} cores, "
+                f"{sh('rustc --version')}{load_txt}: one criterion run, one group "
+                "(examples/benches/peers.rs, `cargo bench -p examples --no-default-features "
+                "--features peers --bench peers`)."]
+    out += [
+        "",
+        "One span, entered and left around an empty body, with each recorder keeping what it "
+        "records; median ns per span. Spans are timed 1000 at a time (fastrace's README figure "
+        "is a root and 1000 spans, divided by 1000); what a recorder's background thread does "
+        "with them is drained between those batches, untimed, so memory stays bounded. "
+        "tch-scope is built without its `metrics` feature.",
+        "",
+        "| recorder | one span | ns / span | ÷ tch-scope (on ÷ traced, off ÷ off) |",
+        "|---|---|--:|--:|",
+    ]
+    for func, name, what in PEERS:
+        ours = got["tch_scope_off" if func.endswith("_off") else "tch_scope_traced"]
+        out.append(f"| {name.format(**vs)} | {what} | {ns(got[func])} | "
+                   f"{'' if func.startswith('tch_scope') else ratio(got[func], ours)} |")
+    met, missed = [], []
+    out += ["", "| goal | ratio | |", "|---|--:|---|"]
+    for a, b, text in (("tch_scope_traced", "fastrace", "tch-scope traced ≤ fastrace"),
+                       ("tch_scope_off", "puffin_off", "tch-scope switched off ≤ puffin switched off")):
+        x, y = got[a], got[b]
+        if x is None or y is None:
+            out.append(f"| {text} | — | |")
+            continue
+        ok = x <= y
+        out.append(f"| {text} | {x / y:.2f}× | {'✅' if ok else '❌'} |")
+        (met if ok else missed).append(f"{text} ({x / y:.2f}×)")
+    out += ["", "Targets met: " + ("; ".join(met) or "—") + ".",
+            "", "Targets missed: " + ("; ".join(missed) or "none") + "."]
+    return out
+
+
 def main():
+    if ONLY == "peers":
+        text = "\n".join(peers_section())
+        print(text)
+        if DOC:
+            write_block(PEERS_BEGIN, PEERS_END, text)
+        return
     out = ["## Results", ""]
     out += machine()
     out += ["", "Enter + leave of each scope, empty body, median ns (criterion for Rust, "
@@ -354,21 +450,28 @@ def main():
     out += ["Targets met: " + ("; ".join(met) or "—") + ".",
             "", "Targets missed: " + ("; ".join(missed) or "none") + "."]
     text = "\n".join(out)
-    print(text)
+    peers = "\n".join(peers_section())
+    print(text + "\n\n" + peers)
     if DOC:
-        write_doc(text)
+        write_block(BEGIN, END, text)
+        write_block(PEERS_BEGIN, PEERS_END, peers)
 
 
-def write_doc(text):
-    """Puts the results between the markers of DOC, or makes DOC."""
-    block = f"{BEGIN}\n{text}\n{END}"
+def write_block(begin, end, text):
+    """Puts text between the markers begin and end of DOC: in place where
+    they are, else the results first (making DOC if need be) and the peers
+    right after the results."""
+    block = f"{begin}\n{text}\n{end}"
     try:
         old = DOC.read_text()
     except OSError:
         old = ""
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + block + rest.split(END, 1)[1]
+    if begin in old and end in old:
+        head, rest = old.split(begin, 1)
+        new = head + block + rest.split(end, 1)[1]
+    elif begin != BEGIN and END in old:
+        head, rest = old.split(END, 1)
+        new = head + END + "\n\n" + block + rest
     else:
         new = ("# Benchmarks\n\nWritten by `make bench` (scripts/bench/run.sh).\n\n"
                + block + "\n" + old)

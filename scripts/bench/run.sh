@@ -3,7 +3,9 @@
 # markdown report: stdout, target/bench/results.md, and the results section
 # of docs/benchmarks.md (collect.py rewrites it between its markers).
 #   1. libtorch's own C++ guards (c10_guards.cpp), the floor
-#   2. criterion: each scope word, tch-scope and raw tch (runtime/benches/scopes.rs)
+#   2. criterion: each scope word, tch-scope and raw tch (runtime/benches/scopes.rs),
+#      then one span in tch-scope and in other span recorders
+#      (examples/benches/peers.rs: fastrace, puffin, tracing + tracing-chrome)
 #   3. PyTorch Python's context managers (python_scopes.py)
 #   4. the deep-MLP workload, each variant in its own process, Rust and Python
 #   5. compile cost of the macros (compile_cost.py; slow on its first run)
@@ -27,6 +29,9 @@ cat /proc/loadavg >"$OUT/loadavg-start"
 
 say "building the benches"
 "$CARGO" bench -p tch-scope --no-run --quiet
+# Without examples' default `metrics`: see examples/benches/peers.rs.
+PEERS=(-p examples --no-default-features --features peers --bench peers)
+"$CARGO" bench "${PEERS[@]}" --no-run --quiet
 
 if command -v g++ >/dev/null; then
   say "libtorch C++ guards"
@@ -50,6 +55,12 @@ say "criterion (scopes)"
 export CRITERION_HOME="$PWD/$OUT/criterion"
 rm -rf "$CRITERION_HOME"
 "$CARGO" bench -p tch-scope --bench scopes --quiet -- \
+  --warm-up-time "$WARM" --measurement-time "$MEASURE" --noplot 2>&1 |
+  grep -E '^[a-z_]+/|time:' >&2
+
+say "criterion (peers)"
+cat /proc/loadavg >"$OUT/loadavg-peers"
+"$CARGO" bench "${PEERS[@]}" --quiet -- \
   --warm-up-time "$WARM" --measurement-time "$MEASURE" --noplot 2>&1 |
   grep -E '^[a-z_]+/|time:' >&2
 

@@ -1,0 +1,229 @@
+//! One span (enter + exit, empty body) in tch-scope and in other span
+//! recorders, in one criterion group, so every figure comes from the same
+//! machine in the same run (`make bench` writes them into
+//! docs/benchmarks.md, "Against other span recorders").
+//!
+//! Each function reports ns per span: criterion's iterations are spans, run
+//! in chunks of [`CHUNK`] under one root, as fastrace's README measures its
+//! per-span figure (a root `Span` + 1000 `LocalSpan`s, total ÷ 1000). Each
+//! recorder keeps what it records (a no-op sink at the end, where it has
+//! one); what a background thread does with it is drained between chunks,
+//! outside the timed part, so a long run keeps its memory bounded.
+//!
+//! tch-scope is measured as a span recorder alone, without its `metrics`
+//! feature (this package's default): that one hands every `timed` run to the
+//! metrics facade as well, a cost no peer here pays. Hence
+//! `--no-default-features --features peers`.
+//!
+//! Ids (scripts/bench/collect.py reads them by these names):
+//! `peers/tch_scope_traced`, `peers/tch_scope_off`, `peers/fastrace`,
+//! `peers/puffin_on`, `peers/puffin_off`, `peers/tracing_chrome`.
+
+use std::hint::black_box;
+use std::io::{self, Write};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use criterion::{Bencher, Criterion, criterion_group, criterion_main};
+use tch_scope::scoped;
+
+#[cfg(feature = "metrics")]
+compile_error!(
+    "benches/peers.rs measures tch-scope without its `metrics` feature: \
+     cargo bench -p examples --no-default-features --features peers --bench peers"
+);
+
+/// Spans per root: fastrace's README figure is 1000 spans under one root.
+const CHUNK: u64 = 1000;
+
+/// Times `iters` spans, `CHUNK` at a time: `root` opens the chunk's root
+/// (its drop is timed too), `span` is one span, `drain` runs untimed after
+/// each chunk.
+fn chunked<R, T>(
+    b: &mut Bencher<'_>,
+    mut root: impl FnMut() -> R,
+    mut span: impl FnMut() -> T,
+    mut drain: impl FnMut(),
+) {
+    b.iter_custom(|iters| {
+        let mut total = Duration::ZERO;
+        let mut left = iters;
+        while left > 0 {
+            let n = left.min(CHUNK);
+            let start = Instant::now();
+            let r = root();
+            for _ in 0..n {
+                black_box(span());
+            }
+            drop(r);
+            total += start.elapsed();
+            drain();
+            left -= n;
+        }
+        total
+    });
+}
+
+fn peers(c: &mut Criterion) {
+    let mut g = c.benchmark_group("peers");
+    // The timeline recording every span into a bounded ring (it wraps, so
+    // the cost is steady), as in runtime/benches/scopes.rs.
+    g.bench_function("tch_scope_traced", |b| {
+        tch_scope::trace::set_capacity(1 << 16).unwrap();
+        tch_scope::trace::start();
+        chunked(b, || (), || scoped!(timed => black_box(1)), || ());
+        tch_scope::trace::stop();
+    });
+    g.bench_function("tch_scope_off", |b| {
+        tch_scope::report::set_enabled(false);
+        chunked(b, || (), || scoped!(timed => black_box(1)), || ());
+        tch_scope::report::set_enabled(true);
+    });
+    fastrace_(&mut g);
+    puffin_(&mut g);
+    tracing_chrome_(&mut g);
+    g.finish();
+}
+
+type Group<'a> = criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>;
+
+/// Reporting on (the `enable` feature, a reporter set), the reporter
+/// discarding what the collector thread hands it, as fastrace's own benches
+/// do.
+fn fastrace_(g: &mut Group<'_>) {
+    use fastrace::collector::{Config, Reporter, SpanContext};
+    use fastrace::prelude::{LocalSpan, Span, SpanRecord};
+
+    struct Discard;
+    impl Reporter for Discard {
+        fn report(&mut self, spans: Vec<SpanRecord>) {
+            black_box(spans);
+        }
+    }
+
+    fastrace::set_reporter(Discard, Config::default());
+    let mut chunks = 0u32;
+    g.bench_function("fastrace", |b| {
+        chunked(
+            b,
+            || {
+                let root = Span::root("root", SpanContext::random());
+                let guard = root.set_local_parent();
+                (guard, root)
+            },
+            || {
+                let _s = LocalSpan::enter_with_local_parent("x");
+                black_box(1);
+            },
+            // The collector thread wakes when its queue is half full; if it
+            // falls behind, the queue spills into an unbounded deque: empty
+            // it now and then.
+            || {
+                chunks += 1;
+                if chunks.is_multiple_of(16) {
+                    fastrace::flush();
+                }
+            },
+        );
+    });
+    fastrace::flush();
+}
+
+/// `profile_scope!` inside a frame: an outer scope per chunk (so children
+/// don't each hand their stream to the global profiler) and
+/// `GlobalProfiler::new_frame` after it, which hands the frame to no sink
+/// and drops it. Switched off, only the scopes (nothing to collect).
+fn puffin_(g: &mut Group<'_>) {
+    puffin::set_scopes_on(true);
+    g.bench_function("puffin_on", |b| {
+        chunked(
+            b,
+            || puffin::profile_scope_custom!("frame"),
+            || {
+                puffin::profile_scope!("x");
+                black_box(1);
+            },
+            || puffin::GlobalProfiler::lock().new_frame(),
+        );
+    });
+    puffin::set_scopes_on(false);
+    g.bench_function("puffin_off", |b| {
+        chunked(
+            b,
+            || (),
+            || {
+                puffin::profile_scope!("x");
+                black_box(1);
+            },
+            || (),
+        );
+    });
+}
+
+/// A file writer that keeps the first [`CAP`] bytes and counts the rest,
+/// and signals each flush: tracing-chrome's channel to its writer thread is
+/// unbounded, so each chunk waits (untimed) until the thread has written
+/// all of it.
+struct Capped {
+    file: std::fs::File,
+    written: u64,
+    flushes: Arc<(Mutex<u64>, Condvar)>,
+}
+
+const CAP: u64 = 64 << 20;
+
+impl Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let room = usize::try_from(CAP.saturating_sub(self.written)).unwrap_or(usize::MAX);
+        self.file.write_all(&buf[..room.min(buf.len())])?;
+        self.written += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()?;
+        let (n, cv) = &*self.flushes;
+        *n.lock().unwrap() += 1;
+        cv.notify_all();
+        Ok(())
+    }
+}
+
+/// `tracing::span!(INFO, ..).entered()` with tracing-chrome's layer as the
+/// global subscriber, writing under target/ (the first 64 MiB).
+fn tracing_chrome_(g: &mut Group<'_>) {
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/bench/peers-tracing-chrome.json");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let flushes = Arc::new((Mutex::new(0u64), Condvar::new()));
+    let writer = Capped {
+        file: std::fs::File::create(&path).unwrap(),
+        written: 0,
+        flushes: Arc::clone(&flushes),
+    };
+    let (layer, guard) = tracing_chrome::ChromeLayerBuilder::new()
+        .writer(writer)
+        .build();
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).unwrap();
+    g.bench_function("tracing_chrome", |b| {
+        chunked(
+            b,
+            || (),
+            || {
+                let _s = tracing::span!(tracing::Level::INFO, "x").entered();
+                black_box(1);
+            },
+            || {
+                let (n, cv) = &*flushes;
+                let seen = *n.lock().unwrap();
+                guard.flush();
+                let _done = cv.wait_while(n.lock().unwrap(), |n| *n == seen).unwrap();
+            },
+        );
+    });
+    drop(guard);
+}
+
+criterion_group!(benches, peers);
+criterion_main!(benches);
