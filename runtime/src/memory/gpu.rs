@@ -102,25 +102,7 @@ impl Scope for GpuMemory {
     type Guard = GpuMemoryGuard;
     type Error = ScopeError;
 
-    /// An `Err` the expansion saw is recorded as a failed run.
-    #[inline(always)]
-    fn exit(guard: &mut Self::Guard, outcome: Outcome) {
-        if outcome == Outcome::Failed {
-            guard.mark_failed();
-        }
-    }
-
-    /// Steps out of its `tracing` span while the future waits.
-    #[inline(always)]
-    fn suspend(guard: &mut Self::Guard) {
-        guard.span.suspend();
-    }
-
-    /// Re-enters its `tracing` span on the polling thread.
-    #[inline(always)]
-    fn resume(guard: &mut Self::Guard) {
-        guard.span.resume();
-    }
+    measurement_hooks!();
 
     fn enter(&mut self) -> Result<GpuMemoryGuard, ScopeError> {
         let name = format!("gpu_memory_scope(device = {})", self.device);

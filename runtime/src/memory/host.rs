@@ -217,25 +217,7 @@ impl Scope for HostMemory {
     /// `/proc/self/status` goes to the exit hook).
     const EXIT_CAN_FAIL: bool = false;
 
-    /// An `Err` the expansion saw is recorded as a failed run.
-    #[inline(always)]
-    fn exit(guard: &mut Self::Guard, outcome: Outcome) {
-        if outcome == Outcome::Failed {
-            guard.mark_failed();
-        }
-    }
-
-    /// Steps out of its `tracing` span while the future waits.
-    #[inline(always)]
-    fn suspend(guard: &mut Self::Guard) {
-        guard.span.suspend();
-    }
-
-    /// Re-enters its `tracing` span on the polling thread.
-    #[inline(always)]
-    fn resume(guard: &mut Self::Guard) {
-        guard.span.resume();
-    }
+    measurement_hooks!();
 
     /// Never fails: where `/proc/self/status` can't be read, the exit hook
     /// hears why and the scope reports nothing.

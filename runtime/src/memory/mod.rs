@@ -11,6 +11,34 @@
 //! on another thread — reports its own true peak. `tensor_memory` needs no
 //! reset: it sees every allocation and keeps each open scope's own counts.
 
+/// The `Scope` hooks every memory guard shares (inside `impl Scope`): an
+/// `Err` the expansion saw marks the run failed, and its `tracing` span is
+/// left while a future holding the guard waits. The guard has
+/// `mark_failed()` and a `span: GuardSpan`.
+macro_rules! measurement_hooks {
+    () => {
+        /// An `Err` the expansion saw is recorded as a failed run.
+        #[inline(always)]
+        fn exit(guard: &mut Self::Guard, outcome: $crate::report::Outcome) {
+            if outcome == $crate::report::Outcome::Failed {
+                guard.mark_failed();
+            }
+        }
+
+        /// Steps out of its `tracing` span while the future waits.
+        #[inline(always)]
+        fn suspend(guard: &mut Self::Guard) {
+            guard.span.suspend();
+        }
+
+        /// Re-enters its `tracing` span on the polling thread.
+        #[inline(always)]
+        fn resume(guard: &mut Self::Guard) {
+            guard.span.resume();
+        }
+    };
+}
+
 mod gpu;
 mod host;
 mod peak;

@@ -159,25 +159,7 @@ impl Scope for TensorMemory {
     /// the exit hook).
     const EXIT_CAN_FAIL: bool = false;
 
-    /// An `Err` the expansion saw is recorded as a failed run.
-    #[inline(always)]
-    fn exit(guard: &mut Self::Guard, outcome: Outcome) {
-        if outcome == Outcome::Failed {
-            guard.mark_failed();
-        }
-    }
-
-    /// Steps out of its `tracing` span while the future waits.
-    #[inline(always)]
-    fn suspend(guard: &mut Self::Guard) {
-        guard.span.suspend();
-    }
-
-    /// Re-enters its `tracing` span on the polling thread.
-    #[inline(always)]
-    fn resume(guard: &mut Self::Guard) {
-        guard.span.resume();
-    }
+    measurement_hooks!();
 
     /// Fails only inside a profiler running on this thread (see the type's
     /// docs).
