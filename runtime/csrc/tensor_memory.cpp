@@ -44,7 +44,7 @@ using torch::profiler::impl::ProfilerConfig;
 using torch::profiler::impl::ProfilerState;
 using Counts = tch_scope_tensor_memory_counts;
 
-const c10::DebugInfoKind& slot() { return c10::DebugInfoKind::PROFILER_STATE; }
+c10::DebugInfoKind slot() { return c10::DebugInfoKind::PROFILER_STATE; }
 
 uint64_t device_bit(c10::Device d) {
   if (d.is_cpu()) return 1;
