@@ -194,3 +194,26 @@ fn scoped_async_handlers_spawn_and_report() {
     assert!(row.min >= std::time::Duration::from_millis(2), "{row:?}");
     assert!(!ts::is_inference_mode_enabled());
 }
+
+/// Issue 28: exact tensor bytes and a trace marker, from a user's crate.
+#[test]
+fn tensor_memory_and_trace_marks_under_the_renamed_crate() {
+    let kept = ts::scoped!(tensor_memory("downstream::kept") => {
+        Tensor::zeros([1024, 256], (Kind::Float, Device::Cpu))
+    });
+    let r = ts::last_memory_report().unwrap();
+    assert_eq!(r.name, "downstream::kept");
+    assert_eq!((r.delta(), r.peak_growth()), (1 << 20, 1 << 20), "{r:?}");
+    drop(kept);
+    ts::trace::start();
+    ts::trace::mark("downstream::epoch");
+    ts::trace::stop();
+    let path = std::env::temp_dir().join(format!("downstream-mark-{}.json", std::process::id()));
+    ts::trace::write_chrome(&path).unwrap();
+    let json = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(
+        json.contains(r#""name":"downstream::epoch","cat":"mark","ph":"i""#),
+        "{json}"
+    );
+}
