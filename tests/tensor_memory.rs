@@ -274,3 +274,37 @@ fn a_context_carries_the_scope_to_a_worker_and_a_scope_there_chains_to_it() {
     scoped!(tensor_memory("tm::after_worker") => drop(mib_tensor()));
     assert_eq!(last("tm::after_worker").allocated, Some(MIB as u64));
 }
+
+#[test]
+fn threads_at_once_each_count_their_own_bytes_and_leave_in_any_order() {
+    use std::sync::{Arc, Barrier};
+    const N: usize = 4;
+    let barrier = Arc::new(Barrier::new(N));
+    let threads: Vec<_> = (0..N)
+        .map(|i| {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let g = TensorMemory::new("tm::threads").enter().unwrap();
+                barrier.wait(); // every scope open
+                let mine = Tensor::zeros([1024, 256 * (i as i64 + 1)], (Kind::Float, Device::Cpu));
+                barrier.wait(); // every thread holds its tensor
+                drop(mine);
+                // Leave in reverse order of index, one a turn, while the
+                // others are still open.
+                let mut g = Some(g);
+                for turn in 0..N {
+                    if turn == N - 1 - i {
+                        let r = g.take().unwrap().finish().unwrap();
+                        assert_eq!(r.delta(), 0, "thread {i}: {r:?}");
+                        assert_eq!(r.peak_growth(), (i as u64 + 1) << 20, "thread {i}: {r:?}");
+                        assert_eq!(r.allocated, Some((i as u64 + 1) << 20), "thread {i}");
+                    }
+                    barrier.wait();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}

@@ -81,6 +81,11 @@ fn devices(bits: u64) -> String {
 ///   profile, on any thread); frees of other CPU tensors are not seen (and
 ///   libtorch may log once "Memory block of unknown size was allocated
 ///   before the profiling started").
+/// - **Other tasks on the thread**: in an attributed `async fn` the scope
+///   covers the whole future on the one thread that polls it (the guard is
+///   `!Send`), so tasks polled on that thread while it waits (a `LocalSet`,
+///   a current-thread runtime) are counted too. Measure a synchronous
+///   section (`scoped!` around the work between awaits) for exact bytes.
 /// - Work libtorch runs for this thread on its own worker threads, which
 ///   carry this thread's reporter (the autograd engine's device threads,
 ///   `at::launch`), is counted here, as PyTorch's profiler counts it; so is
