@@ -16,19 +16,25 @@ libtorch:
 	@bash $(BOOTSTRAP) >/dev/null
 	@bash scripts/bootstrap-gloo.sh
 	@bash scripts/bootstrap-cuda-headers.sh
+	@bash scripts/bootstrap-ccache.sh
 
+# Every cargo command below resolves features for the whole workspace
+# (--workspace, or the package's own target with the workspace's features),
+# so torch-sys and the shim are built once for demo, test and lint alike.
 demo: libtorch
+	$(CARGO) build --workspace --examples
 	$(CARGO) run -p examples --example demo
 
-# tests/serve.rs runs examples/serve and examples/load as processes (built
-# first, above) and fetches promtool with scripts/bootstrap-promtool.sh
-# (no root needed), or skips that check saying why.
+# tests/serve.rs runs examples/serve and examples/load as processes (the
+# first line builds them with everything else) and fetches promtool with
+# scripts/bootstrap-promtool.sh (no root needed), or skips that check
+# saying why. Each phase prints its time (docs/testing.md).
 test: libtorch
-	$(CARGO) build -p examples --example serve --example load
-	$(CARGO) test --workspace --all-targets
-	$(CARGO) test --workspace --doc
-	bash scripts/check-linkage.sh
-	$(MAKE) --no-print-directory test-downstream
+	@bash scripts/phase.sh build $(CARGO) test --workspace --all-targets --no-run
+	@bash scripts/phase.sh tests $(CARGO) test --workspace --all-targets
+	@bash scripts/phase.sh doctests $(CARGO) test --workspace --doc
+	@bash scripts/phase.sh linkage bash scripts/check-linkage.sh
+	@bash scripts/phase.sh downstream $(MAKE) --no-print-directory test-downstream
 
 # The serving benchmark (docs/serving.md): the tch-scope server and the
 # --plain one, as processes on loopback, in turn (ABBA), driven by the same
@@ -47,6 +53,7 @@ load: libtorch
 # TCH_SCOPE_GLOO_INCLUDE. Its own target dir and Cargo.lock (tracked).
 DOWNSTREAM := $(abspath tests/downstream/Cargo.toml)
 DOWNSTREAM_CARGO = cd / && env LIBTORCH=$(abspath .libtorch) \
+	CXX=$${CXX:-$(abspath scripts/cxx)} \
 	CARGO_TARGET_DIR=$(abspath target/downstream) $(CARGO)
 test-downstream: libtorch
 	$(DOWNSTREAM_CARGO) test --manifest-path $(DOWNSTREAM) --locked
@@ -83,11 +90,15 @@ gpu-bundle-smoke: gpu-bundle
 	PATH="$(GPU_SMOKE_VENV)/bin:$$PATH" GPU_OUT=target/gpu-smoke \
 		bash scripts/gpu-run.sh target/gpu-bundle.tar.xz
 
+# Clippy over everything, then the peers bench, which measures tch-scope
+# without the examples' `metrics` feature. Both with --workspace: the
+# runtime's features stay those of the workspace, so nothing is built twice.
 lint: libtorch
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy -p examples --no-default-features --features peers --benches -- -D warnings
 	$(CARGO) fmt --manifest-path $(DOWNSTREAM) --check
+	@bash scripts/phase.sh clippy $(CARGO) clippy --workspace --all-targets -- -D warnings
+	@bash scripts/phase.sh clippy-peers $(CARGO) clippy --workspace --benches \
+		--no-default-features --features examples/peers -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

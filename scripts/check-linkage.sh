@@ -4,7 +4,7 @@
 # libtorch found has it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=$(cargo test -p tch-scope-tests --test integration --no-run --message-format=json 2>/dev/null \
+bin=$(cargo test --workspace --test integration --no-run --message-format=json 2>/dev/null \
   | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
 [ -x "$bin" ] || { echo "check-linkage: test binary not found" >&2; exit 1; }
 out=$(env -u LD_LIBRARY_PATH ldd "$bin")
