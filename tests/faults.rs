@@ -188,6 +188,49 @@ fn model_mode_restore_failure_reaches_the_hook() {
     assert!(Trainable::modes(&model).unwrap().iter().all(|&on| !on));
 }
 
+/// A mode switch that fails partway (at the third of five modules, after
+/// two writes) leaves every module's flag as it was: the scope's entry and
+/// a direct `set_training` alike.
+#[test]
+fn a_mode_switch_that_fails_partway_is_undone() {
+    let _c = capture();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/mixed_modes.pt");
+    let model = CModule::load(path).unwrap();
+    let before = Trainable::modes(&model).unwrap().to_vec();
+    assert!(before.len() >= 3 && before.contains(&true) && before.contains(&false));
+    for on in [false, true] {
+        inject_fault("tch_scope_module_walk", 1);
+        let e = (if on {
+            Mode::train(&model)
+        } else {
+            Mode::eval(&model)
+        })
+        .enter()
+        .unwrap_err();
+        assert!(
+            e.reason()
+                .contains("injected fault in tch_scope_module_walk"),
+            "{e}"
+        );
+        assert_eq!(
+            Trainable::modes(&model).unwrap().to_vec(),
+            before,
+            "entry, {on}"
+        );
+        inject_fault("tch_scope_module_walk", 1);
+        assert!(Trainable::set_training(&model, on).is_err());
+        assert_eq!(
+            Trainable::modes(&model).unwrap().to_vec(),
+            before,
+            "direct, {on}"
+        );
+    }
+    inject_fault("*", 0);
+    // Nothing left behind in the registry: a scope works as usual.
+    scoped!(eval(model) => assert!(Trainable::modes(&model).unwrap().iter().all(|&t| !t)));
+    assert_eq!(Trainable::modes(&model).unwrap().to_vec(), before);
+}
+
 #[test]
 fn checkpoint_save_failure_reaches_the_hook() {
     let c = capture();

@@ -81,6 +81,53 @@ fn seed_and_fork_rng_leave_the_stream_untouched() {
     );
 }
 
+/// Scopes of one thread that end out of order: the first to end is not
+/// the newest, so nothing is put back yet, and the last to end puts back
+/// the state before the first, as the crate promises for every
+/// process-wide word.
+#[test]
+fn seed_and_fork_rng_end_in_any_order() {
+    let _s = serial();
+    for (first, second) in [
+        (tch_scope::Seed(1), tch_scope::Seed(2)),
+        (tch_scope::Seed(5), tch_scope::Seed(5)),
+    ] {
+        unaffected_by(|| {
+            let a = { first }.enter().unwrap();
+            let _ = rand(3);
+            let b = { second }.enter().unwrap();
+            let _ = rand(3);
+            drop(a);
+            // `b` is still open: its seed's stream goes on.
+            let inside = rand(2);
+            tch::manual_seed(i64::try_from(second.0).unwrap());
+            let _ = rand(3);
+            assert_eq!(rand(2), inside, "the newest scope's stream goes on");
+            drop(b);
+        });
+    }
+    // Three, the middle one first: the newest hands the oldest's stream back
+    // where it was when the middle one began.
+    unaffected_by(|| {
+        let a = tch_scope::Seed(1).enter().unwrap();
+        let _ = rand(4);
+        let b = tch_scope::ForkRng.enter().unwrap();
+        let c = tch_scope::Seed(3).enter().unwrap();
+        drop(b);
+        let _ = rand(7);
+        drop(c);
+        let after = rand(2);
+        tch::manual_seed(1);
+        let _ = rand(4);
+        assert_eq!(
+            rand(2),
+            after,
+            "the oldest's stream, as before the middle one"
+        );
+        drop(a);
+    });
+}
+
 /// The generator's cached normal sample is part of its state: a CPU normal
 /// draw of fewer than 16 values makes Box–Muller pairs and keeps the second
 /// value for the next draw. The draw after the scope takes the value cached

@@ -619,3 +619,32 @@ fn a_suspended_future_leaves_its_tracing_span() {
         ]
     );
 }
+
+/// Marker names minted without end (one per request) are bounded like the
+/// report's rows: past the name limit, new names are written as `other`,
+/// and the names already known keep theirs. Written to the file streamed,
+/// the trace reads back whole.
+#[test]
+fn run_time_names_are_bounded_and_the_rest_is_other() {
+    let _s = serial();
+    let limit = tch_scope::report::name_limit();
+    trace::start();
+    for i in 0..limit + 500 {
+        trace::mark(&format!("request-{i}"));
+    }
+    trace::mark("request-0");
+    trace::stop();
+    let path = temp("bounded-names.json");
+    trace::write_chrome(&path).unwrap();
+    let (_, json) = events(&path);
+    let marks = phase(&json, "i");
+    let names: std::collections::HashSet<&str> =
+        marks.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert!(names.len() <= limit + 1, "{} distinct names", names.len());
+    assert!(names.contains("other"), "names past the bound are `other`");
+    assert!(names.contains("request-0"));
+    let last = marks.last().unwrap();
+    assert_eq!(last["name"], "request-0", "a known name keeps its own");
+    assert_eq!(marks.len(), limit + 501, "every marker is written");
+    std::fs::remove_file(&path).unwrap();
+}

@@ -439,3 +439,83 @@ fn inference_shared_by_four_threads_matches_pytorch() {
     let y = scoped!(no_grad, eval(model) => model.forward_ts(&[tensor("input")]).unwrap());
     assert!(max_diff(&y, &want) < 1e-6);
 }
+
+/// A served model stays in eval mode: a `train` scope on it is refused,
+/// inside `run` and outside, on another thread too; a direct switch is
+/// refused; an `eval` scope is allowed and writes nothing. After every
+/// attempt the model answers exactly PyTorch's eval output, and its
+/// BatchNorm statistics are untouched.
+#[test]
+fn a_served_model_cannot_be_switched_to_training() {
+    use std::sync::Arc;
+    use tch_scope::Inference;
+    let model = load("bn_dropout.pt");
+    let before = model.modes().unwrap().to_vec();
+    let mean = running_mean(&model);
+    let served = Arc::new(Inference::new(model).unwrap());
+    let want = tensor("eval_output");
+    let answers = |served: &Inference<CModule>| {
+        let y = served.run(|m| m.forward_ts(&[tensor("input")]).unwrap());
+        assert!(max_diff(&y, &want) < 1e-6, "{y} vs PyTorch {want}");
+    };
+
+    let e = Mode::train(served.get_ref()).enter().unwrap_err();
+    assert_eq!(e.scope(), "train");
+    assert!(e.reason().contains("served by an `Inference`"), "{e}");
+    let inside = served.run(|m| Mode::train(m).enter().map(drop));
+    assert!(inside.is_err(), "train inside run");
+    let e = served.run(|m| m.set_training(true)).unwrap_err();
+    assert!(e.to_string().contains("served by an `Inference`"), "{e}");
+    let saved = served.get_ref().modes().unwrap();
+    assert!(served.get_ref().restore_modes(saved).is_err());
+    let other = Arc::clone(&served);
+    let from_thread = std::thread::spawn(move || {
+        let r = try_scoped!(train(other.get_ref()) => ());
+        r.is_err()
+    });
+    assert!(from_thread.join().unwrap(), "train from another thread");
+    assert_eq!(served.get_ref().modes().unwrap().to_vec(), vec![false; 5]);
+    answers(&served);
+
+    // eval is what the model is in: allowed, and nothing is written.
+    served.run(|m| scoped!(eval(m) => assert!(!m.modes().unwrap()[0])));
+    answers(&served);
+    assert!(max_diff(&running_mean(served.get_ref()), &mean) == 0.0);
+
+    let model = Arc::into_inner(served).unwrap().into_inner();
+    assert_eq!(model.modes().unwrap().to_vec(), before);
+    // Not served any more: train works again.
+    scoped!(train(model) => assert!(model.modes().unwrap()[0]));
+}
+
+/// `Inference::new` is refused while a `train` scope on the model is open,
+/// and the model is left as the scope has it; once the scope ends it comes
+/// back to its modes, not to training mode under a served model.
+#[test]
+fn inference_is_refused_while_the_model_trains() {
+    use std::sync::Arc;
+    use tch_scope::Inference;
+    let model = Arc::new(load("bn_dropout.pt"));
+    let before = model.modes().unwrap().to_vec();
+    {
+        let _training = Mode::train(&*model).enter().unwrap();
+        let e = Inference::new(Arc::clone(&model)).unwrap_err();
+        assert_eq!(e.scope(), "Inference::new");
+        assert!(e.reason().contains("train(model)"), "{e}");
+        assert_eq!(model.modes().unwrap().to_vec(), vec![true; 5]);
+    }
+    assert_eq!(model.modes().unwrap().to_vec(), before);
+    // An eval scope open meanwhile: the Inference joins it, and the modes
+    // come back after both.
+    let outer = Mode::eval(&*model).enter().unwrap();
+    let served = Inference::new(Arc::clone(&model)).unwrap();
+    drop(outer);
+    assert_eq!(
+        model.modes().unwrap().to_vec(),
+        vec![false; 5],
+        "still served"
+    );
+    assert!(Mode::train(&*model).enter().is_err());
+    drop(served);
+    assert_eq!(model.modes().unwrap().to_vec(), before);
+}

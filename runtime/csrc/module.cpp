@@ -139,12 +139,28 @@ struct Flag {
   bool was;
 };
 
+// Puts back the flags of a walk that wrote some of them and then failed:
+// every module in `flags` was checked before its write, so its `training`
+// slot is the one `checked` found.
+void undo(const std::vector<Flag>& flags) noexcept {
+  for (const Flag& f : flags) {
+    try {
+      set_bool(f.obj, checked(f.obj, &info(c10::TypePtr(f.obj->type())))->training, f.was);
+    } catch (...) {
+      // Checked once already; nothing else can be done for this one.
+    }
+  }
+}
+
 // Appends `obj` and its submodules, depth-first pre-order: the order of
 // Module::modules() (slot_iterator_impl: the module itself, then each slot
 // whose type is a module, recursively, in slot order); with `set`, writes
 // `on` into each.
 void walk(Object* obj, Info* in, std::vector<Flag>& out, bool set, bool on) {
   in = checked(obj, in);
+  // Test-only: a switch that fails at the third module, after two writes.
+  if (set && out.size() == 2 && tch_scope::injected_fault("tch_scope_module_walk")) [[unlikely]]
+    throw std::runtime_error("injected fault in tch_scope_module_walk");
   out.push_back({obj, obj->getSlot(in->training).toBool()});
   if (set) set_bool(obj, in->training, on);
   for (const auto& [slot, child] : in->children) {
@@ -166,7 +182,13 @@ std::unique_ptr<Saved> save(void* module, bool set, bool on) {
   s->root = static_cast<torch::jit::Module*>(module)->_ivalue();
   s->root_info = &info(c10::TypePtr(s->root->type()));
   s->flags.reserve(s->root_info->modules_seen.load(std::memory_order_relaxed));
-  walk(s->root.get(), s->root_info, s->flags, set, on);
+  try {
+    walk(s->root.get(), s->root_info, s->flags, set, on);
+  } catch (...) {
+    // A switch that fails partway leaves the model as it was.
+    if (set) undo(s->flags);
+    throw;
+  }
   s->root_info->modules_seen.store(s->flags.size(), std::memory_order_relaxed);
   return s;
 }
@@ -230,7 +252,9 @@ tch_scope_status tch_scope_module_enter(void* module, bool on, void** saved) {
 tch_scope_status tch_scope_module_set_training(void* module, bool on) {
   return tch_scope::guarded([&] {
     std::lock_guard<std::mutex> lock(model_lock(root_of(module)));
-    static_cast<torch::jit::Module*>(module)->train(on);
+    // Through the same walk as a scope's switch, so a failure partway is
+    // undone (Module::train would leave the modules it reached switched).
+    save(module, true, on);
   });
 }
 

@@ -16,6 +16,7 @@ use tch::{CModule, TchError, TrainableCModule};
 
 use crate::Trainable;
 use crate::ffi;
+use crate::scopes::train::refuse_served;
 
 // tch keeps the `torch::jit::Module*` in a private field
 // (`CModule { c_module: *mut CModule_ }`, tch 0.26 `wrappers/jit.rs`) and
@@ -179,15 +180,24 @@ macro_rules! trainable_module {
                 save($ptr(self))
             }
 
+            /// # Errors
+            /// Also refused while an [`Inference`](crate::Inference)
+            /// serves the module.
             fn set_training(&self, on: bool) -> Result<(), TchError> {
+                refuse_served(self.model_id(), "set_training")?;
                 set_training($ptr(self), on)
             }
 
+            /// # Errors
+            /// Also refused while an [`Inference`](crate::Inference)
+            /// serves the module.
             fn restore_modes(&self, modes: ModuleModes) -> Result<(), TchError> {
+                refuse_served(self.model_id(), "restore_modes")?;
                 modes.restore()
             }
 
             fn switch_training(&self, on: bool) -> Result<ModuleModes, TchError> {
+                refuse_served(self.model_id(), "switch_training")?;
                 enter($ptr(self), on)
             }
         }

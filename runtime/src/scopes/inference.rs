@@ -1,5 +1,8 @@
 //! [`Inference`]: a model put in eval mode once, shared by many threads.
 
+use std::mem::ManuallyDrop;
+
+use crate::scopes::train;
 use crate::{InferenceMode, Scope, ScopeError, Trainable};
 
 /// A model in eval mode for serving: every submodule is put in eval mode
@@ -10,9 +13,22 @@ use crate::{InferenceMode, Scope, ScopeError, Trainable};
 ///
 /// This is the answer to a scope on a model that other threads run outside
 /// any scope (a race on the model's flags, see [`Mode`](crate::Mode)): the
-/// model's mode never changes while it is shared. Don't enter `eval` or
-/// `train` scopes on the model inside `run`: the other threads would see
-/// their modes.
+/// model's mode never changes while it is shared. The hold is kept in the
+/// same registry as the `eval(..)` / `train(..)` scopes, so while an
+/// `Inference` serves a model:
+/// - a `train(model)` scope on it is a [`ScopeError`], inside
+///   [`run`](Inference::run) and outside, on any thread;
+/// - [`Trainable::set_training`] and [`Trainable::restore_modes`] on it
+///   return an error for [`tch::CModule`], [`tch::TrainableCModule`] and
+///   [`WithMode`](crate::WithMode) (your own [`Trainable`] types can call
+///   nothing of the kind: keep them from switching while served);
+/// - an `eval(model)` scope is allowed, and writes nothing;
+/// - [`new`](Inference::new) is refused while a `train(model)` scope on the
+///   model is open.
+///
+/// The model is kept in a `Box`, so its address, by which the registry
+/// knows it ([`Trainable::model_id`]), does not change when the `Inference`
+/// moves.
 ///
 /// [`into_inner`](Inference::into_inner) gives the model back in the modes
 /// it had before `new`.
@@ -46,24 +62,30 @@ use crate::{InferenceMode, Scope, ScopeError, Trainable};
 /// assert!(model.is_training()); // as it was before
 /// ```
 #[derive(Debug)]
-pub struct Inference<M: Trainable> {
-    model: M,
-    saved: Option<M::Modes>,
+pub struct Inference<M: Trainable>
+where
+    M::Modes: Send + 'static,
+{
+    /// Taken only by `into_inner`, which forgets `self` afterwards.
+    model: ManuallyDrop<Box<M>>,
 }
 
-impl<M: Trainable> Inference<M> {
-    /// Puts every submodule of `model` in eval mode, once.
+impl<M: Trainable> Inference<M>
+where
+    M::Modes: Send + 'static,
+{
+    /// Puts every submodule of `model` in eval mode (once) and holds it
+    /// there until the `Inference` is dropped or taken apart.
     ///
     /// # Errors
-    /// A [`ScopeError`] if the modes can't be read or set; the model is
-    /// then left as it was (and dropped).
+    /// A [`ScopeError`] if a `train(model)` scope on the model is open, or
+    /// the modes can't be read or set; the model is then left as it was
+    /// (and dropped).
     pub fn new(model: M) -> Result<Self, ScopeError> {
-        let saved = model
-            .switch_training(false)
-            .map_err(|e| ScopeError::new("Inference::new", None, e.to_string()))?;
+        let model = Box::new(model);
+        train::serve(&*model)?;
         Ok(Self {
-            model,
-            saved: Some(saved),
+            model: ManuallyDrop::new(model),
         })
     }
 
@@ -84,35 +106,56 @@ impl<M: Trainable> Inference<M> {
     /// `run` skips `inference_mode`).
     ///
     /// ```
-    /// use tch_scope::{Inference, WithMode};
+    /// use tch_scope::{Inference, Mode, Scope, WithMode};
     /// let served = Inference::new(WithMode::new(tch::nn::func(|x| x.relu()))).unwrap();
     /// assert!(!served.get_ref().is_training());
+    /// // A served model stays in eval mode.
+    /// assert!(Mode::train(served.get_ref()).enter().is_err());
     /// ```
     pub fn get_ref(&self) -> &M {
         &self.model
     }
 
-    /// The model back, in the modes it had before [`new`](Inference::new).
-    /// A failure to put them back goes to the exit hook
+    /// The model back, in the modes it had before [`new`](Inference::new)
+    /// (unless `eval(..)` scopes on it are still open, or another
+    /// `Inference` serves it: then after the last of them). A failure to
+    /// put them back goes to the exit hook
     /// ([`set_exit_hook`](crate::set_exit_hook)), and the model comes back
     /// in eval mode.
     ///
     /// ```
     /// use tch_scope::{Inference, Trainable, WithMode};
     /// let m = WithMode::new(tch::nn::func(|x| x.relu()));
-    /// m.set_training(false).unwrap();
     /// let m = Inference::new(m).unwrap().into_inner();
-    /// assert!(!m.is_training());
+    /// assert!(m.is_training());
     /// ```
-    pub fn into_inner(mut self) -> M {
-        if let Some(saved) = self.saved.take()
-            && let Err(e) = self.model.restore_modes(saved)
-        {
+    pub fn into_inner(self) -> M {
+        let mut this = ManuallyDrop::new(self);
+        this.release();
+        // SAFETY: taken once; `this` is never dropped, so the field is not
+        // dropped twice.
+        *unsafe { ManuallyDrop::take(&mut this.model) }
+    }
+
+    fn release(&self) {
+        if let Err(e) = train::unserve(&**self.model) {
             crate::exit::report(
                 "Inference",
                 format_args!("could not restore the model's train/eval modes: {e}"),
             );
         }
-        self.model
+    }
+}
+
+impl<M: Trainable> Drop for Inference<M>
+where
+    M::Modes: Send + 'static,
+{
+    /// Ends the hold (the model's modes come back, as with
+    /// [`into_inner`](Inference::into_inner)), then drops the model.
+    fn drop(&mut self) {
+        self.release();
+        // SAFETY: dropped once, here; `into_inner` forgets `self` instead.
+        unsafe { ManuallyDrop::drop(&mut self.model) }
     }
 }

@@ -15,6 +15,8 @@
 //! [process-wide words](crate#process-wide-words)).
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use crate::process_wide::{self, Held, Registry};
 use crate::{Scope, ScopeError, ffi};
@@ -66,17 +68,37 @@ pub struct Seed(pub u64);
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct RngGuard {
-    state: *mut c_void,
+    /// This guard's place in [`OPEN`].
+    slot: u64,
     /// `fork_rng` or `seed`, for an exit error.
     scope: &'static str,
     /// Dropped after the state is restored.
     held: Held<Generators>,
 }
 
-// SAFETY: `state` is the shim's heap copy of the generators' states, owned
-// by this guard alone; restoring and freeing it from any thread is fine
+/// A state saved by the shim: owned by one entry of [`OPEN`] at a time.
+struct SavedState(*mut c_void);
+
+// SAFETY: the shim's heap copy of the generators' states, owned by one
+// entry at a time; restoring and freeing it from any thread is fine
 // (libtorch locks each generator's mutex to set its state).
-unsafe impl Send for RngGuard {}
+unsafe impl Send for SavedState {}
+
+impl Drop for SavedState {
+    fn drop(&mut self) {
+        // SAFETY: from tch_scope_rng_save, freed once, here.
+        unsafe { tch_scope_rng_free(self.0) }
+    }
+}
+
+/// The open `seed` / `fork_rng` scopes, oldest first, each with the state
+/// to put back when it ends as the newest: the state before it, or before
+/// an older scope that ended first. So scopes may end in any order: the
+/// generators go back to the state before the first once all have ended,
+/// and each scope that ends last-in-first-out hands its parent's stream
+/// back where it was.
+static OPEN: Mutex<Vec<(u64, SavedState)>> = Mutex::new(Vec::new());
+static NEXT_SLOT: AtomicU64 = AtomicU64::new(1);
 
 /// The default generators: no value is shared between holders.
 pub(crate) struct Generators;
@@ -138,7 +160,11 @@ fn save(
     // catches C++ exceptions.
     ffi::check(unsafe { tch_scope_rng_save(list, n, &mut state) })
         .map_err(|e| ScopeError::new(scope, None, e))?;
-    Ok(RngGuard { state, scope, held })
+    let slot = NEXT_SLOT.fetch_add(1, Ordering::Relaxed);
+    OPEN.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push((slot, SavedState(state)));
+    Ok(RngGuard { slot, scope, held })
 }
 
 impl Scope for ForkRng {
@@ -284,15 +310,29 @@ impl Scope for ForkDevices {
 
 impl Drop for RngGuard {
     fn drop(&mut self) {
-        // SAFETY: `state` came from tch_scope_rng_save and is freed once.
-        unsafe {
-            if let Err(e) = ffi::check(tch_scope_rng_restore(self.state)) {
-                crate::exit::report(
-                    self.scope,
-                    format_args!("could not restore the RNG state: {e}"),
-                );
-            }
-            tch_scope_rng_free(self.state);
+        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(i) = open.iter().position(|(slot, _)| *slot == self.slot) else {
+            return;
+        };
+        let (_, mine) = open.remove(i);
+        if let Some((_, above)) = open.get_mut(i) {
+            // Not the newest: the scope above puts back, when it ends, what
+            // was there before this one (its own saved state goes).
+            *above = mine;
+            return;
+        }
+        // The newest: the generators go back to the state before it, under
+        // the lock, so a scope entered meanwhile cannot save a stale state.
+        // SAFETY: a live state from tch_scope_rng_save.
+        let restored = ffi::check(unsafe { tch_scope_rng_restore(mine.0) });
+        // The exit hook may run any code, a `seed` scope too: not under it.
+        drop(open);
+        drop(mine);
+        if let Err(e) = restored {
+            crate::exit::report(
+                self.scope,
+                format_args!("could not restore the RNG state: {e}"),
+            );
         }
     }
 }

@@ -336,6 +336,7 @@ impl<T: Trainable + ?Sized> Drop for ModeGuard<'_, T> {
 /// for each other.
 mod models {
     use std::any::Any;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Mutex, PoisonError};
 
     use tch::TchError;
@@ -356,6 +357,33 @@ mod models {
         open: Vec<Open>,
         /// Ticket ids; a new holder is named by its first ticket's id.
         next: u64,
+        /// [`Inference`](crate::Inference)s serving the model: while one
+        /// does, the model stays in eval mode (no `train` scope, no
+        /// direct switch), and its modes come back after the last.
+        served: usize,
+    }
+
+    /// The ids of served models, for the direct switches
+    /// ([`refuse_served`]) that do not go through the stripes; `SERVING`
+    /// counts them, so a process serving nothing takes no lock there.
+    static SERVED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+    static SERVING: AtomicUsize = AtomicUsize::new(0);
+
+    fn served_list() -> std::sync::MutexGuard<'static, Vec<usize>> {
+        SERVED.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Refuses a direct mode switch (`set_training`, `restore_modes`) on a
+    /// model an [`Inference`](crate::Inference) serves: other threads run
+    /// it, and the write would race their forward passes.
+    pub(crate) fn refuse_served(id: usize, what: &str) -> Result<(), TchError> {
+        if SERVING.load(Ordering::Acquire) == 0 || !served_list().contains(&id) {
+            return Ok(());
+        }
+        Err(TchError::Torch(format!(
+            "{what} refused: the model is served by an `Inference`, which keeps it in eval \
+             mode while other threads may run it (take it back with `Inference::into_inner`)"
+        )))
     }
 
     const STRIPES: usize = 64;
@@ -398,9 +426,17 @@ mod models {
                     thread: me_id,
                 }],
                 next: 2,
+                served: 0,
             });
             return Ok(1);
         };
+        if training && m.served > 0 {
+            return Err(format!(
+                "{} refused: the model is served by an `Inference`, which keeps it in eval mode \
+                 while other threads may run it (take it back with `Inference::into_inner` first)",
+                word(training)
+            ));
+        }
         let ticket = m.next;
         let holder = m
             .open
@@ -470,7 +506,88 @@ mod models {
         match m.open.last() {
             Some(o) if newest && o.training != gone.training => model.set_training(o.training),
             Some(_) => Ok(()),
+            // Still served: it stays in eval mode, as it is.
+            None if m.served > 0 => Ok(()),
             None => restore(model, models.swap_remove(k).saved),
         }
     }
+
+    /// An [`Inference`](crate::Inference) begins serving the model: it is
+    /// put in eval mode (unless scopes already hold it there), and kept
+    /// there until [`unserve`].
+    pub(super) fn serve<T: Trainable + ?Sized>(model: &T, id: usize) -> Result<(), String>
+    where
+        T::Modes: Send + 'static,
+    {
+        let mut models = stripe(id);
+        match models.iter_mut().find(|m| m.id == id) {
+            Some(m) => {
+                if let Some(o) = m.open.iter().rev().find(|o| o.training) {
+                    return Err(format!(
+                        "the model is in a `train(model)` scope held by {}: a served model must \
+                         stay in eval mode, so end that scope first",
+                        thread_label(o.thread)
+                    ));
+                }
+                m.served += 1;
+            }
+            None => {
+                let saved = model.switch_training(false).map_err(|e| e.to_string())?;
+                models.push(Model {
+                    id,
+                    saved: Box::new(saved),
+                    open: Vec::new(),
+                    next: 1,
+                    served: 1,
+                });
+            }
+        }
+        served_list().push(id);
+        SERVING.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// An [`Inference`](crate::Inference) stops serving the model: after
+    /// the last (and the last scope), its modes before the first come back.
+    pub(super) fn unserve<T: Trainable + ?Sized>(
+        model: &T,
+        id: usize,
+        restore: Restore<T>,
+    ) -> Result<(), TchError> {
+        let mut models = stripe(id);
+        {
+            let mut list = served_list();
+            if let Some(i) = list.iter().position(|&s| s == id) {
+                list.swap_remove(i);
+                SERVING.fetch_sub(1, Ordering::Release);
+            }
+        }
+        let Some(k) = models.iter().position(|m| m.id == id) else {
+            return Ok(());
+        };
+        let m = &mut models[k];
+        m.served = m.served.saturating_sub(1);
+        if m.served > 0 || !m.open.is_empty() {
+            return Ok(());
+        }
+        restore(model, models.swap_remove(k).saved)
+    }
+}
+
+pub(crate) use models::refuse_served;
+
+/// An [`Inference`](crate::Inference)'s hold on its model's mode.
+pub(crate) fn serve<T: Trainable + ?Sized>(model: &T) -> Result<(), ScopeError>
+where
+    T::Modes: Send + 'static,
+{
+    models::serve(model, model.model_id()).map_err(|e| ScopeError::new("Inference::new", None, e))
+}
+
+/// Ends [`serve`]'s hold; the modes come back after the last hold.
+pub(crate) fn unserve<T: Trainable + ?Sized>(model: &T) -> Result<(), TchError>
+where
+    T::Modes: Send + 'static,
+{
+    models::unserve(model, model.model_id(), models::restore::<T>)
 }

@@ -7,6 +7,7 @@ use tch::nn::{Module, ModuleT};
 use tch::{TchError, Tensor};
 
 use crate::Trainable;
+use crate::scopes::train::refuse_served;
 
 /// A `tch::nn` module with a train/eval mode, like a PyTorch `nn.Module`.
 ///
@@ -121,11 +122,16 @@ impl<M> Trainable for WithMode<M> {
         Ok(self.is_training())
     }
 
+    /// # Errors
+    /// Refused while an [`Inference`](crate::Inference) serves the model.
     fn set_training(&self, on: bool) -> Result<(), TchError> {
+        refuse_served(self.model_id(), "set_training")?;
         self.training.store(on, Ordering::Relaxed);
         Ok(())
     }
 
+    /// # Errors
+    /// Refused while an [`Inference`](crate::Inference) serves the model.
     fn restore_modes(&self, modes: bool) -> Result<(), TchError> {
         self.set_training(modes)
     }

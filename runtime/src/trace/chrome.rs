@@ -20,7 +20,10 @@ pub(super) fn write(
     dropped_elsewhere: u64,
 ) -> std::io::Result<()> {
     let pid = std::process::id();
-    let mut out = String::with_capacity(1 << 16);
+    // Streamed: records are formatted into `out` and handed to the file
+    // whenever it holds 64 KiB, so a large trace never sits in memory whole.
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut out = String::with_capacity(FLUSH_AT + 4096);
     out.push_str("{\"traceEvents\":[\n");
     let process = std::env::current_exe()
         .ok()
@@ -51,16 +54,26 @@ pub(super) fn write(
                 Kind::Flow => {} // captured before this recording began
                 _ => complete(&mut out, &s, epoch, pid, b.tid),
             }
+            if out.len() >= FLUSH_AT {
+                file.write_all(out.as_bytes())?;
+                out.clear();
+            }
         }
     }
     let _ = write!(
         out,
         "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{{\"producer\":\"tch-scope\",\"dropped_spans\":{dropped}}}}}\n"
     );
-    let mut f = std::fs::File::create(path)?;
-    f.write_all(out.as_bytes())?;
-    f.sync_all()
+    file.write_all(out.as_bytes())?;
+    // Every write and the flush are checked: a full disk is an error here,
+    // not a torn file renamed over a good one.
+    file.into_inner()
+        .map_err(std::io::IntoInnerError::into_error)?
+        .sync_all()
 }
+
+/// How much formatted text is gathered before it is written.
+const FLUSH_AT: usize = 1 << 16;
 
 /// A span: a `"ph": "X"` complete event; a memory span's bytes in its
 /// args, and two samples of its counter track (at entry and at exit).
