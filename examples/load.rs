@@ -13,7 +13,8 @@
 //! The mix (fixed by the request's index): 90 % valid (1 to 8 rows of 32
 //! floats, a 10 s deadline), 5 % with a tight deadline (`x-deadline-ms` 0
 //! or 1), 5 % malformed (bad JSON, `data` of the wrong length, a shape the
-//! model refuses, a non-number, a body over the server's limit). `wrong`
+//! model refuses, a non-number, a body over the server's limit; answered
+//! 400, or 422 for the shape). `wrong`
 //! counts 200 responses whose output differs, bitwise, from what the same
 //! model gives for the input here, sequentially. `p50_ms` and `p99_ms` are
 //! over the 200 responses; `rps` counts every response.
@@ -396,7 +397,8 @@ async fn drive(
                     }
                     (Ok((504, _)), Class::Valid | Class::Tight) => c.deadline += 1,
                     (Ok((503, _)), Class::Valid | Class::Tight) => c.rejected += 1,
-                    (Ok((400, _)), Class::Malformed) => c.malformed += 1,
+                    // 422: the shape the model refuses.
+                    (Ok((400 | 422, _)), Class::Malformed) => c.malformed += 1,
                     (Ok((status, body)), class) => {
                         c.errors += 1;
                         r.first_error.get_or_insert_with(|| {

@@ -1,22 +1,35 @@
-//! An HTTP inference server: axum on a multi-thread tokio runtime, a
-//! TorchScript model (one float tensor in, one out) run by a pool of
-//! worker threads fed by a bounded queue (docs/serving.md).
+//! An HTTP inference server: hyper's HTTP/1 connections (an axum router)
+//! on a multi-thread tokio runtime, a TorchScript model (one float tensor
+//! in, one out) run by a pool of worker threads fed by a bounded queue
+//! (docs/serving.md).
 //!
 //! ```text
 //! cargo run --release -p examples --example serve -- --addr 127.0.0.1:8080 \
 //!     [--model PATH] [--workers N] [--queue N] [--plain] [--debug]
 //! ```
 //!
-//! - `POST /predict` `{"shape": [n, …], "data": [f32, …]}` (row-major) →
-//!   `{"shape": […], "data": […]}`. The header `x-deadline-ms` gives the
-//!   request's budget from its arrival (default `--deadline-ms`). 504 once
-//!   the deadline has passed (queued time counts), 400 for a malformed
-//!   request, 503 when the queue is full.
-//! - `GET /metrics` (Prometheus text), `GET /healthz`.
+//! - `POST /predict` `{"shape": [n, …], "data": [f32, …]}` (row-major,
+//!   `content-type: application/json`) → `{"shape": […], "data": […]}`.
+//!   The header `x-deadline-ms` gives the request's budget from its
+//!   arrival (default `--deadline-ms`). docs/serving.md has the status
+//!   table; every answer carries an `x-request-id`.
+//! - `GET /metrics` (Prometheus text), `GET /healthz` (stuck or gone
+//!   workers: 503), `GET /readyz` (200 once every worker has run the
+//!   model once).
 //! - With `--debug`: `GET /debug/workers` (each worker's grad mode,
 //!   inference mode and the model's modes, at its start and now),
 //!   `POST /debug/pause` and `POST /debug/resume` (hold every worker, so
-//!   that tests can fill the queue).
+//!   that tests can fill the queue), and the request header
+//!   `x-debug-fault` (`panic:MESSAGE`, `sleep:MS`, `die`) for the tests of
+//!   what a failing worker does.
+//!
+//! Connections: at most `--max-connections` at once (the rest wait in the
+//! kernel's backlog), a request head must arrive within
+//! `--header-timeout-s` of its first byte, a connection with no request
+//! for `--idle-timeout-s` is closed, a body must arrive within
+//! `--body-timeout-s`. SIGTERM or SIGINT stops accepting, finishes the
+//! requests in flight and exits within `--shutdown-timeout-s`; a second
+//! signal exits at once.
 //!
 //! The tch-scope server: the handler is an attributed `async fn`
 //! (`inference_mode`, `timed`, `deadline(until = arrival + budget)`); it
@@ -28,22 +41,28 @@
 #[path = "common/floats.rs"]
 mod floats;
 
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Barrier, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::Poll;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -51,10 +70,14 @@ use tch::{CModule, Device, Kind, TchError, Tensor};
 use tch_scope::{
     Context, Inference, ScopeError, Trainable, is_grad_enabled, is_inference_mode_enabled, scope,
 };
-use tokio::sync::oneshot;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 
 const USAGE: &str = "usage: serve [--addr HOST:PORT] [--model PATH] [--workers N] [--queue N] \
-[--plain] [--body-limit BYTES] [--deadline-ms MS] [--intra-op-threads N] [--debug]";
+[--plain] [--body-limit BYTES] [--deadline-ms MS] [--intra-op-threads N] [--debug] \
+[--header-timeout-s S] [--idle-timeout-s S] [--body-timeout-s S] [--max-connections N] \
+[--shutdown-timeout-s S] [--stuck-after-s S] [--warmup-shape DIMS|none]";
 
 /// The model `scripts/export_models.py` exports with the bootstrap's
 /// PyTorch: [n, 32] -> [n, 8], BatchNorm and Dropout, saved in training mode.
@@ -62,6 +85,9 @@ const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/
 
 /// The longest budget a request may ask for (a day).
 const MAX_BUDGET_MS: u64 = 86_400_000;
+
+/// How long a debug route waits for the queue or the workers.
+const DEBUG_WAIT: Duration = Duration::from_secs(10);
 
 // ---- arguments -------------------------------------------------------------
 
@@ -76,6 +102,22 @@ struct Args {
     default_deadline: Duration,
     intra_op_threads: i32,
     debug: bool,
+    limits: Limits,
+    body_timeout: Duration,
+    max_connections: u32,
+    shutdown_timeout: Duration,
+    stuck_after: Duration,
+    /// The input each worker runs once at its start (zeros); `None`: none.
+    warmup_shape: Option<Vec<i64>>,
+}
+
+/// A connection's clocks (see [`ConnClock`]).
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// From a request head's first byte to its last.
+    header: Duration,
+    /// With no request in flight and no byte of a new one.
+    idle: Duration,
 }
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -90,10 +132,51 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         default_deadline: Duration::from_secs(10),
         intra_op_threads: 1,
         debug: false,
+        limits: Limits {
+            header: Duration::from_secs(10),
+            idle: Duration::from_secs(30),
+        },
+        body_timeout: Duration::from_secs(30),
+        max_connections: 1024,
+        shutdown_timeout: Duration::from_secs(10),
+        stuck_after: Duration::from_secs(60),
+        warmup_shape: Some(vec![1, 32]),
     };
     fn value<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, String> {
         let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
         v.parse().map_err(|_| format!("{flag}: cannot read {v:?}"))
+    }
+    /// Seconds, fractions allowed: more than 0, at most a day.
+    fn seconds(flag: &str, v: Option<String>) -> Result<Duration, String> {
+        let s: f64 = value(flag, v)?;
+        if s > 0.0 && s <= 86_400.0 {
+            Ok(Duration::from_secs_f64(s))
+        } else {
+            Err(format!(
+                "{flag} must be more than 0 and at most 86400 seconds"
+            ))
+        }
+    }
+    fn shape(v: Option<String>) -> Result<Option<Vec<i64>>, String> {
+        let v = v.ok_or("--warmup-shape needs a value")?;
+        if v == "none" {
+            return Ok(None);
+        }
+        let dims = v
+            .split(',')
+            .map(|d| {
+                d.trim()
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|d| (0..=1 << 20).contains(d))
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| format!("--warmup-shape: cannot read {v:?} (e.g. 1,32 or none)"))?;
+        let n = dims.iter().try_fold(1i64, |n, &d| n.checked_mul(d));
+        if n.is_none_or(|n| n > 1 << 24) {
+            return Err("--warmup-shape: more than 2^24 values".into());
+        }
+        Ok(Some(dims))
     }
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -109,12 +192,24 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--intra-op-threads" => args.intra_op_threads = value(&flag, it.next())?,
             "--debug" => args.debug = true,
+            "--header-timeout-s" => args.limits.header = seconds(&flag, it.next())?,
+            "--idle-timeout-s" => args.limits.idle = seconds(&flag, it.next())?,
+            "--body-timeout-s" => args.body_timeout = seconds(&flag, it.next())?,
+            "--max-connections" => args.max_connections = value(&flag, it.next())?,
+            "--shutdown-timeout-s" => args.shutdown_timeout = seconds(&flag, it.next())?,
+            "--stuck-after-s" => args.stuck_after = seconds(&flag, it.next())?,
+            "--warmup-shape" => args.warmup_shape = shape(it.next())?,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     if args.workers == 0 || args.queue == 0 || args.intra_op_threads < 1 {
         return Err("--workers, --queue and --intra-op-threads must be at least 1".into());
+    }
+    // Shutdown takes back every permit in one `acquire_many(u32)`; a
+    // million is past any open-file limit worth serving up to.
+    if !(1..=1 << 20).contains(&args.max_connections) {
+        return Err("--max-connections must be from 1 to 1048576".into());
     }
     Ok(args)
 }
@@ -126,6 +221,9 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
 struct ApiError {
     status: StatusCode,
     message: String,
+    /// For the server's log only (a panic's message): the client gets the
+    /// request id instead, since a panic message may say anything.
+    detail: Option<String>,
 }
 
 impl ApiError {
@@ -133,6 +231,7 @@ impl ApiError {
         Self {
             status,
             message: message.into(),
+            detail: None,
         }
     }
 
@@ -142,6 +241,18 @@ impl ApiError {
 
     fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+
+    /// 500; the message goes to the log with the request id, not to the
+    /// client.
+    fn panicked(what: &str, message: String) -> Self {
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!(
+                "internal error: {what} panicked (the server's log has it under this request id)"
+            ),
+            detail: Some(format!("{what} panicked: {message}")),
+        }
     }
 }
 
@@ -160,17 +271,25 @@ impl From<ScopeError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        #[derive(Serialize)]
-        struct Body<'a> {
-            error: &'a str,
-        }
-        json_response(
-            self.status,
-            &Body {
-                error: &self.message,
-            },
-        )
+        error_response(&self, None)
     }
+}
+
+/// `{"error": …}`, with `"request_id"` where the route gives requests one.
+fn error_response(e: &ApiError, request_id: Option<&str>) -> Response {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        error: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        request_id: Option<&'a str>,
+    }
+    json_response(
+        e.status,
+        &Body {
+            error: &e.message,
+            request_id,
+        },
+    )
 }
 
 fn json_response(status: StatusCode, value: &impl Serialize) -> Response {
@@ -185,6 +304,31 @@ fn json_response(status: StatusCode, value: &impl Serialize) -> Response {
         )
             .into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_string()))
+        .unwrap_or_else(|| "a panic".into())
+}
+
+/// A future whose panic becomes an `Err`, so that a handler's panic is
+/// answered (500 with the request id) rather than dropping the
+/// connection without a word.
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let f = self.0.as_mut();
+        match catch_unwind(AssertUnwindSafe(|| f.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(p) => Poll::Ready(Err(panic_message(&*p))),
+        }
     }
 }
 
@@ -210,17 +354,46 @@ struct Output {
     data: Vec<f32>,
 }
 
-/// Reads the body (at most `limit` bytes) and checks it.
-async fn read_input(body: Body, limit: usize) -> Result<Input, ApiError> {
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let over = std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-        if over {
-            ApiError::bad_request(format!("request body over the limit of {limit} bytes"))
-        } else {
-            ApiError::bad_request(format!("cannot read the request body: {e}"))
-        }
-    })?;
+/// `application/json` or `application/…+json`, parameters allowed.
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(v) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = v
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// Reads the body (at most `limit` bytes, within `timeout`) and checks it.
+async fn read_input(body: Body, limit: usize, timeout: Duration) -> Result<Input, ApiError> {
+    let read = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await;
+    let bytes = read
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s",
+                    timeout.as_secs_f64()
+                ),
+            )
+        })?
+        .map_err(|e| {
+            let over = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if over {
+                ApiError::bad_request(format!("request body over the limit of {limit} bytes"))
+            } else {
+                ApiError::bad_request(format!("cannot read the request body: {e}"))
+            }
+        })?;
     parse_input(&bytes)
 }
 
@@ -267,6 +440,39 @@ fn budget(headers: &HeaderMap, default: Duration) -> Result<Duration, ApiError> 
         })
 }
 
+/// What `x-debug-fault` makes the worker do with a job (`--debug` only).
+#[derive(Debug, Clone)]
+enum Fault {
+    /// Panics inside the job (caught: the worker goes on).
+    Panic(String),
+    /// Sleeps before the model runs (a worker busy that long).
+    Sleep(Duration),
+    /// Panics outside the job's catch: the worker thread ends.
+    Die,
+}
+
+fn debug_fault(headers: &HeaderMap) -> Result<Option<Fault>, ApiError> {
+    let Some(v) = headers.get("x-debug-fault") else {
+        return Ok(None);
+    };
+    let v = v.to_str().unwrap_or("");
+    let fault = if let Some(m) = v.strip_prefix("panic:") {
+        Some(Fault::Panic(m.to_string()))
+    } else if let Some(ms) = v.strip_prefix("sleep:") {
+        ms.trim()
+            .parse::<u64>()
+            .ok()
+            .map(|ms| Fault::Sleep(Duration::from_millis(ms.min(MAX_BUDGET_MS))))
+    } else if v == "die" {
+        Some(Fault::Die)
+    } else {
+        None
+    };
+    fault.map(Some).ok_or_else(|| {
+        ApiError::bad_request("x-debug-fault must be panic:MESSAGE, sleep:MS or die")
+    })
+}
+
 // ---- the worker pool -------------------------------------------------------
 
 /// What the model runs in.
@@ -289,15 +495,54 @@ enum Job {
     Predict {
         ticket: Ticket,
         input: Input,
+        fault: Option<Fault>,
         reply: oneshot::Sender<Result<Output, ApiError>>,
     },
-    /// Each worker takes exactly one (the barrier holds it until all have).
+    /// Each worker takes exactly one: it waits at the meeting (bounded)
+    /// until every worker has taken its own.
     Check {
-        barrier: Arc<Barrier>,
-        reply: std::sync::mpsc::Sender<Result<WorkerReport, String>>,
+        meeting: Arc<Meeting>,
+        reply: tokio::sync::mpsc::UnboundedSender<Result<WorkerReport, String>>,
     },
     /// Holds the worker until the gate opens.
     Pause(Arc<Gate>),
+}
+
+/// Where `n` workers meet, each waiting a bounded time: a worker that
+/// never comes (busy, or gone) costs the others a timeout, not a hang.
+struct Meeting {
+    n: usize,
+    /// (workers arrived, cancelled)
+    state: Mutex<(usize, bool)>,
+    cv: Condvar,
+}
+
+impl Meeting {
+    fn new(n: usize) -> Self {
+        Self {
+            n,
+            state: Mutex::new((0, false)),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// Whether all `n` came within `timeout` (and nobody cancelled).
+    fn arrive(&self, timeout: Duration) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 += 1;
+        self.cv.notify_all();
+        let (s, _) = self
+            .cv
+            .wait_timeout_while(s, timeout, |s| s.0 < self.n && !s.1)
+            .unwrap_or_else(|p| p.into_inner());
+        s.0 >= self.n && !s.1
+    }
+
+    /// The route that called the meeting is gone: nobody waits longer.
+    fn cancel(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.cv.notify_all();
+    }
 }
 
 #[derive(Default)]
@@ -310,24 +555,121 @@ impl Gate {
     fn hold(&self) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.0 += 1;
-        self.cv.notify_all();
         while !s.1 {
             s = self.cv.wait(s).unwrap_or_else(|p| p.into_inner());
         }
     }
 
-    fn wait_held(&self, n: usize, timeout: Duration) -> bool {
-        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (s, _) = self
-            .cv
-            .wait_timeout_while(s, timeout, |s| s.0 < n)
-            .unwrap_or_else(|p| p.into_inner());
-        s.0 >= n
+    fn held(&self) -> usize {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).0
     }
 
     fn open(&self) {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
         self.cv.notify_all();
+    }
+}
+
+/// A worker's state as `/healthz` reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Phase {
+    /// Loading: its warm-up forward.
+    Starting = 0,
+    Idle = 1,
+    Busy = 2,
+    /// Held by `/debug/pause`.
+    Paused = 3,
+    /// The thread ended.
+    Gone = 4,
+}
+
+impl Phase {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Self::Starting,
+            1 => Self::Idle,
+            2 => Self::Busy,
+            3 => Self::Paused,
+            _ => Self::Gone,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Idle => "idle",
+            Self::Busy => "busy",
+            Self::Paused => "paused",
+            Self::Gone => "gone",
+        }
+    }
+}
+
+/// One worker's phase, since when, and whether it has run the model.
+struct Slot {
+    phase: AtomicU8,
+    since_ms: AtomicU64,
+    warmed: AtomicBool,
+}
+
+/// Every worker's [`Slot`], written by the workers (two relaxed stores a
+/// job), read by `/healthz` and `/readyz`.
+struct Workers {
+    epoch: Instant,
+    slots: Vec<Slot>,
+}
+
+impl Workers {
+    fn new(n: usize) -> Self {
+        Self {
+            epoch: Instant::now(),
+            slots: (0..n)
+                .map(|_| Slot {
+                    phase: AtomicU8::new(Phase::Starting as u8),
+                    since_ms: AtomicU64::new(0),
+                    warmed: AtomicBool::new(false),
+                })
+                .collect(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn set(&self, worker: usize, phase: Phase) {
+        let s = &self.slots[worker];
+        s.since_ms.store(self.now_ms(), Ordering::Relaxed);
+        s.phase.store(phase as u8, Ordering::Relaxed);
+    }
+
+    fn phase(&self, worker: usize) -> (Phase, Duration) {
+        let s = &self.slots[worker];
+        let phase = Phase::from_u8(s.phase.load(Ordering::Relaxed));
+        let since = s.since_ms.load(Ordering::Relaxed);
+        (
+            phase,
+            Duration::from_millis(self.now_ms().saturating_sub(since)),
+        )
+    }
+
+    fn live(&self) -> usize {
+        (0..self.slots.len())
+            .filter(|&i| self.phase(i).0 != Phase::Gone)
+            .count()
+    }
+}
+
+/// Marks its worker gone when the thread ends, by return or by panic.
+struct Alive<'a> {
+    workers: &'a Workers,
+    id: usize,
+}
+
+impl Drop for Alive<'_> {
+    fn drop(&mut self) {
+        self.workers.set(self.id, Phase::Gone);
     }
 }
 
@@ -366,18 +708,37 @@ fn thread_state(engine: &Engine) -> Result<ThreadState, TchError> {
     })
 }
 
-/// The model's input from the request, run, and its output read back.
-fn forward(model: &CModule, input: &Input) -> Result<Output, TchError> {
-    let x = Tensor::f_from_slice(&input.data)?.f_view(input.shape.as_slice())?;
-    let y = model.forward_ts(&[x])?;
-    let y = y.f_to_kind(Kind::Float)?;
+/// The input as a tensor: `parse_input` checked the shape, so a failure
+/// here is the server's (500).
+fn input_tensor(input: &Input) -> Result<Tensor, ApiError> {
+    Tensor::f_from_slice(&input.data)
+        .and_then(|x| x.f_view(input.shape.as_slice()))
+        .map_err(|e| ApiError::internal(format!("cannot build the input tensor: {e}")))
+}
+
+/// The model's output read back. A non-finite value is the server's
+/// failure (500): JSON has no NaN or infinity, and a `null` in a 200
+/// would look like an answer.
+fn read_output(y: &Tensor) -> Result<Output, ApiError> {
+    let fail = |e: TchError| ApiError::internal(format!("cannot read the model's output: {e}"));
+    let y = y.f_to_kind(Kind::Float).map_err(fail)?;
     let shape = y.size();
-    let data = Vec::<f32>::try_from(y.f_reshape([-1])?)?;
+    let data = y
+        .f_reshape([-1])
+        .and_then(Vec::<f32>::try_from)
+        .map_err(fail)?;
+    if let Some(i) = data.iter().position(|v| !v.is_finite()) {
+        return Err(ApiError::internal(format!(
+            "the model's output is not finite (data[{i}] = {})",
+            data[i]
+        )));
+    }
     Ok(Output { shape, data })
 }
 
-/// The model refused the input: the last line of libtorch's message
-/// (a TorchScript error ends with the `RuntimeError: …` line).
+/// The model refused the input (422): the last line of libtorch's message
+/// (a TorchScript error ends with the `RuntimeError: …` line). Running
+/// out of memory is the server's failure (500).
 fn refused(e: &TchError) -> ApiError {
     let text = e.to_string();
     let line = text
@@ -386,7 +747,21 @@ fn refused(e: &TchError) -> ApiError {
         .find(|l| !l.trim().is_empty())
         .unwrap_or("")
         .trim();
-    ApiError::bad_request(format!("the model refused the input: {line}"))
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("out of memory") || lower.contains("can't allocate memory") {
+        return ApiError::internal(format!("the model ran out of memory: {line}"));
+    }
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        format!("the model refused the input: {line}"),
+    )
+}
+
+/// The model's input from the request, run, and its output read back.
+fn forward(model: &CModule, input: &Input) -> Result<Output, ApiError> {
+    let x = input_tensor(input)?;
+    let y = model.forward_ts(&[x]).map_err(|e| refused(&e))?;
+    read_output(&y)
 }
 
 /// tch-scope: the request's context (inference mode, its deadline) around
@@ -398,7 +773,6 @@ fn predict_scoped(
     input: &Input,
 ) -> Result<Output, ApiError> {
     ctx.run(|| served.run(|m| forward(m, input)))?
-        .map_err(|e| refused(&e))
 }
 
 /// Plain tch: `no_grad`, the deadline checked by hand between steps.
@@ -412,36 +786,69 @@ fn predict_plain(model: &CModule, deadline: Instant, input: &Input) -> Result<Ou
     };
     tch::no_grad(|| {
         check("before the input")?;
-        let x = Tensor::f_from_slice(&input.data)
-            .and_then(|x| x.f_view(input.shape.as_slice()))
-            .map_err(|e| refused(&e))?;
+        let x = input_tensor(input)?;
         check("before forward")?;
         let y = model.forward_ts(&[x]).map_err(|e| refused(&e))?;
         check("after forward")?;
-        let y = y.f_to_kind(Kind::Float).map_err(|e| refused(&e))?;
-        let shape = y.size();
-        let data = y
-            .f_reshape([-1])
-            .and_then(Vec::<f32>::try_from)
-            .map_err(|e| refused(&e))?;
-        Ok(Output { shape, data })
+        read_output(&y)
     })
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_string()))
-        .unwrap_or_else(|| "a panic".into())
+/// One forward of zeros, the way requests run: TorchScript's first calls
+/// profile and optimize the graph, so they are slow (`/readyz` waits for
+/// it). Only whether the model ran matters, not its output.
+fn warm_up(engine: &Engine, shape: &[i64]) -> Result<(), ApiError> {
+    let n = shape.iter().product::<i64>();
+    let input = Input {
+        shape: shape.to_vec(),
+        data: vec![0.0; usize::try_from(n).unwrap_or(0)],
+    };
+    let run = |m: &CModule| {
+        m.forward_ts(&[input_tensor(&input)?])
+            .map(drop)
+            .map_err(|e| refused(&e))
+    };
+    match engine {
+        Engine::Scoped(served) => served.run(run),
+        Engine::Plain(model) => tch::no_grad(|| run(model)),
+    }
 }
 
-fn worker_loop(
+struct WorkerCtx {
     id: usize,
     jobs: Arc<Mutex<Receiver<Job>>>,
     engine: Arc<Engine>,
     depth: Arc<AtomicUsize>,
-) {
+    workers: Arc<Workers>,
+    warmup: Option<Vec<i64>>,
+}
+
+fn worker_loop(w: WorkerCtx) {
+    let WorkerCtx {
+        id,
+        jobs,
+        engine,
+        depth,
+        workers,
+        warmup,
+    } = w;
+    let _alive = Alive {
+        workers: &workers,
+        id,
+    };
+    let slot = &workers.slots[id];
     let at_start = thread_state(&engine);
+    if let Some(shape) = warmup {
+        match warm_up(&engine, &shape) {
+            Ok(()) => slot.warmed.store(true, Ordering::Relaxed),
+            Err(e) => eprintln!(
+                "serve: worker {id}: the warm-up forward on zeros of shape {shape:?} failed \
+                 ({}); ready after its first request",
+                e.message
+            ),
+        }
+    }
+    workers.set(id, Phase::Idle);
     let mut done: u64 = 0;
     loop {
         // One worker waits on the queue at a time; the lock is released
@@ -452,31 +859,66 @@ fn worker_loop(
             Job::Predict {
                 ticket,
                 input,
+                fault,
                 reply,
             } => {
                 depth.fetch_sub(1, Ordering::Relaxed);
-                let r = catch_unwind(AssertUnwindSafe(|| match (&*engine, &ticket) {
-                    (Engine::Scoped(served), Ticket::Scoped(ctx)) => {
-                        predict_scoped(served, ctx, &input)
+                // The handler is gone (its client closed the connection,
+                // or the server stopped): nobody would read the answer.
+                if reply.is_closed() {
+                    metrics::counter!("serve_jobs_skipped_total", "reason" => "client_gone")
+                        .increment(1);
+                    continue;
+                }
+                workers.set(id, Phase::Busy);
+                let r = catch_unwind(AssertUnwindSafe(|| {
+                    match &fault {
+                        Some(Fault::Panic(m)) => panic!("{m}"),
+                        Some(Fault::Sleep(d)) => std::thread::sleep(*d),
+                        _ => {}
                     }
-                    (Engine::Plain(model), Ticket::Plain(deadline)) => {
-                        predict_plain(model, *deadline, &input)
+                    match (&*engine, &ticket) {
+                        (Engine::Scoped(served), Ticket::Scoped(ctx)) => {
+                            predict_scoped(served, ctx, &input)
+                        }
+                        (Engine::Plain(model), Ticket::Plain(deadline)) => {
+                            predict_plain(model, *deadline, &input)
+                        }
+                        _ => Err(ApiError::internal("a job for the other server")),
                     }
-                    _ => Err(ApiError::internal("a job for the other server")),
                 }));
                 let r = r.unwrap_or_else(|p| {
-                    Err(ApiError::internal(format!(
-                        "the worker panicked: {}",
-                        panic_message(&*p)
-                    )))
+                    Err(ApiError::panicked(
+                        &format!("worker {id}"),
+                        panic_message(&*p),
+                    ))
                 });
+                if r.is_ok() {
+                    slot.warmed.store(true, Ordering::Relaxed);
+                }
                 done += 1;
-                // The client may have gone: nobody to answer.
+                if matches!(fault, Some(Fault::Die)) {
+                    // Gone before the client hears: /healthz says so at once.
+                    workers.set(id, Phase::Gone);
+                    drop(reply);
+                    panic!("worker {id} ended by x-debug-fault: die");
+                }
+                workers.set(id, Phase::Idle);
+                // The client may have gone since: nobody to answer.
                 let _ = reply.send(r);
             }
-            Job::Check { barrier, reply } => {
+            Job::Check { meeting, reply } => {
                 depth.fetch_sub(1, Ordering::Relaxed);
-                barrier.wait();
+                if reply.is_closed() {
+                    meeting.cancel();
+                    continue;
+                }
+                if !meeting.arrive(DEBUG_WAIT) {
+                    let _ = reply.send(Err(format!(
+                        "worker {id}: not every worker took a check within {DEBUG_WAIT:?}"
+                    )));
+                    continue;
+                }
                 let report = match (&at_start, thread_state(&engine)) {
                     (Ok(a), Ok(now)) => Ok(WorkerReport {
                         worker: id,
@@ -491,7 +933,9 @@ fn worker_loop(
             }
             Job::Pause(gate) => {
                 depth.fetch_sub(1, Ordering::Relaxed);
+                workers.set(id, Phase::Paused);
                 gate.hold();
+                workers.set(id, Phase::Idle);
             }
         }
     }
@@ -502,17 +946,36 @@ fn worker_loop(
 struct App {
     jobs: SyncSender<Job>,
     depth: Arc<AtomicUsize>,
-    workers: usize,
+    workers: Arc<Workers>,
     queue: usize,
     plain: bool,
+    debug: bool,
     body_limit: usize,
+    body_timeout: Duration,
     default_deadline: Duration,
+    stuck_after: Duration,
     metrics: PrometheusHandle,
     paused: Mutex<Option<Arc<Gate>>>,
+    /// One debug route at a time: two checks sharing the workers would
+    /// each hold some of them at its meeting.
+    debug_turn: tokio::sync::Mutex<()>,
+    stopping: AtomicBool,
     requests: AtomicU64,
+    connections: Arc<Semaphore>,
+    max_connections: u32,
 }
 
 impl App {
+    fn worker_count(&self) -> usize {
+        self.workers.slots.len()
+    }
+
+    /// A process-unique id: the pid, then a counter.
+    fn request_id(&self) -> String {
+        let n = self.requests.fetch_add(1, Ordering::Relaxed);
+        format!("{:x}-{n}", std::process::id())
+    }
+
     /// Queues a job without waiting: 503 when the queue is full.
     fn enqueue(&self, job: Job) -> Result<(), ApiError> {
         self.depth.fetch_add(1, Ordering::Relaxed);
@@ -531,17 +994,61 @@ impl App {
         }
     }
 
+    /// Queues a job, waiting for a slot until `until` (debug routes).
+    async fn enqueue_by(&self, mut job: Job, until: Instant) -> Result<(), ApiError> {
+        loop {
+            self.depth.fetch_add(1, Ordering::Relaxed);
+            match self.jobs.try_send(job) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    self.depth.fetch_sub(1, Ordering::Relaxed);
+                    match e {
+                        TrySendError::Full(j) if Instant::now() < until => job = j,
+                        TrySendError::Full(_) => {
+                            return Err(ApiError::new(
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                "the queue stayed full",
+                            ));
+                        }
+                        TrySendError::Disconnected(_) => {
+                            return Err(ApiError::internal("the workers are gone"));
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     /// Queues the input and waits for a worker's answer.
-    async fn run(&self, ticket: Ticket, input: Input) -> Result<Output, ApiError> {
+    async fn run(
+        &self,
+        ticket: Ticket,
+        input: Input,
+        fault: Option<Fault>,
+    ) -> Result<Output, ApiError> {
+        if self.workers.live() == 0 {
+            return Err(ApiError::internal("no model worker is running"));
+        }
         let (reply, answer) = oneshot::channel();
         self.enqueue(Job::Predict {
             ticket,
             input,
+            fault,
             reply,
         })?;
         answer
             .await
             .map_err(|_| ApiError::internal("the worker dropped the request"))?
+    }
+
+    /// From the first signal on: debug routes refuse, and paused workers
+    /// go on (a pause must not hold shutdown).
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        if let Some(gate) = self.paused.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            gate.open();
+        }
     }
 }
 
@@ -558,9 +1065,11 @@ async fn predict(
     arrival: Instant,
     budget: Duration,
     body: Body,
+    fault: Option<Fault>,
 ) -> Result<Output, ApiError> {
-    let input = read_input(body, app.body_limit).await?;
-    app.run(Ticket::Scoped(Context::capture()), input).await
+    let input = read_input(body, app.body_limit, app.body_timeout).await?;
+    app.run(Ticket::Scoped(Context::capture()), input, fault)
+        .await
 }
 
 /// The plain handler: the same, timed by hand.
@@ -569,11 +1078,12 @@ async fn predict_plain_handler(
     arrival: Instant,
     budget: Duration,
     body: Body,
+    fault: Option<Fault>,
 ) -> Result<Output, ApiError> {
     let start = Instant::now();
     let r = async {
-        let input = read_input(body, app.body_limit).await?;
-        app.run(Ticket::Plain(arrival + budget), input).await
+        let input = read_input(body, app.body_limit, app.body_timeout).await?;
+        app.run(Ticket::Plain(arrival + budget), input, fault).await
     }
     .await;
     let outcome = if r.is_ok() { "ok" } else { "failed" };
@@ -582,18 +1092,49 @@ async fn predict_plain_handler(
     r
 }
 
+async fn answer(
+    app: &App,
+    arrival: Instant,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Output, ApiError> {
+    if !is_json(headers) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "the body must be JSON (content-type: application/json)",
+        ));
+    }
+    let b = budget(headers, app.default_deadline)?;
+    let fault = if app.debug {
+        debug_fault(headers)?
+    } else {
+        None
+    };
+    if app.plain {
+        predict_plain_handler(app, arrival, b, body, fault).await
+    } else {
+        predict(app, arrival, b, body, fault).await
+    }
+}
+
 async fn predict_route(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let arrival = Instant::now();
-    app.requests.fetch_add(1, Ordering::Relaxed);
-    let r = match budget(&headers, app.default_deadline) {
-        Err(e) => Err(e),
-        Ok(b) if app.plain => predict_plain_handler(&app, arrival, b, body).await,
-        Ok(b) => predict(&app, arrival, b, body).await,
-    };
-    let response = match r {
+    let id = app.request_id();
+    let r = CatchUnwind(Box::pin(answer(&app, arrival, &headers, body)))
+        .await
+        .unwrap_or_else(|message| Err(ApiError::panicked("the handler", message)));
+    let mut response = match r {
         Ok(out) => json_response(StatusCode::OK, &out),
-        Err(e) => e.into_response(),
+        Err(e) => {
+            if let Some(detail) = &e.detail {
+                eprintln!("serve: request {id}: {detail}");
+            }
+            error_response(&e, Some(&id))
+        }
     };
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", v);
+    }
     let status = response.status().as_str().to_string();
     metrics::counter!("http_requests_total", "path" => "/predict", "status" => status).increment(1);
     metrics::histogram!("http_request_duration_seconds", "path" => "/predict")
@@ -603,6 +1144,8 @@ async fn predict_route(State(app): State<Arc<App>>, headers: HeaderMap, body: Bo
 }
 
 async fn metrics_route(State(app): State<Arc<App>>) -> Response {
+    let open = app.max_connections as usize - app.connections.available_permits();
+    metrics::gauge!("serve_connections_open").set(open as f64);
     (
         [(
             header::CONTENT_TYPE,
@@ -613,98 +1156,185 @@ async fn metrics_route(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
-async fn healthz() -> &'static str {
-    "ok\n"
+/// 200 while every worker is alive and none has been on one job longer
+/// than `--stuck-after-s`; 503 otherwise, naming them.
+async fn healthz(State(app): State<Arc<App>>) -> Response {
+    #[derive(Serialize)]
+    struct Worker {
+        worker: usize,
+        state: &'static str,
+        for_s: f64,
+    }
+    #[derive(Serialize)]
+    struct Body {
+        status: &'static str,
+        stuck: Vec<usize>,
+        gone: Vec<usize>,
+        workers: Vec<Worker>,
+    }
+    let (mut stuck, mut gone, mut list) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..app.worker_count() {
+        let (phase, for_) = app.workers.phase(i);
+        match phase {
+            Phase::Gone => gone.push(i),
+            Phase::Busy | Phase::Starting if for_ > app.stuck_after => stuck.push(i),
+            _ => {}
+        }
+        list.push(Worker {
+            worker: i,
+            state: phase.name(),
+            for_s: for_.as_secs_f64(),
+        });
+    }
+    let ok = stuck.is_empty() && gone.is_empty();
+    json_response(
+        if ok {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        },
+        &Body {
+            status: if ok { "ok" } else { "unhealthy" },
+            stuck,
+            gone,
+            workers: list,
+        },
+    )
 }
 
-/// Sends one job per worker, built by `job`, blocking while the queue is
-/// full (debug routes only: they may wait for a slot).
-async fn to_every_worker(
-    app: &Arc<App>,
-    job: impl Fn() -> Job + Send + 'static,
-) -> Result<(), ApiError> {
-    let app2 = Arc::clone(app);
-    tokio::task::spawn_blocking(move || {
-        for _ in 0..app2.workers {
-            app2.depth.fetch_add(1, Ordering::Relaxed);
-            if app2.jobs.send(job()).is_err() {
-                return Err(ApiError::internal("the workers are gone"));
-            }
+/// 200 once every live worker has run the model once (its warm-up, or a
+/// request where the warm-up shape was refused); 503 before.
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    let (mut live, mut warmed) = (0, 0);
+    for (i, slot) in app.workers.slots.iter().enumerate() {
+        if app.workers.phase(i).0 != Phase::Gone {
+            live += 1;
+            warmed += usize::from(slot.warmed.load(Ordering::Relaxed));
         }
-        Ok(())
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
+    }
+    let ready = live > 0 && warmed == live && !app.stopping.load(Ordering::Relaxed);
+    json_response(
+        if ready {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        },
+        &serde_json::json!({ "ready": ready, "warmed": warmed, "workers": live }),
+    )
 }
 
 async fn workers_route(State(app): State<Arc<App>>) -> Response {
-    let barrier = Arc::new(Barrier::new(app.workers));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let sent = to_every_worker(&app, move || Job::Check {
-        barrier: Arc::clone(&barrier),
-        reply: tx.clone(),
-    })
-    .await;
-    if let Err(e) = sent {
-        return e.into_response();
+    if app.stopping.load(Ordering::SeqCst) {
+        return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response();
     }
-    let n = app.workers;
-    let reports = tokio::task::spawn_blocking(move || {
-        (0..n)
-            .map(|_| {
-                rx.recv_timeout(Duration::from_secs(30))
-                    .map_err(|e| format!("a worker did not answer: {e}"))?
-            })
-            .collect::<Result<Vec<_>, String>>()
-    })
-    .await
-    .map_err(|e| e.to_string())
-    .and_then(|r| r);
-    match reports {
-        Ok(mut workers) => {
-            workers.sort_by_key(|w| w.worker);
-            #[derive(Serialize)]
-            struct Body {
-                server: &'static str,
-                requests: u64,
-                workers: Vec<WorkerReport>,
-            }
-            let server = if app.plain { "plain" } else { "tch-scope" };
-            let requests = app.requests.load(Ordering::Relaxed);
-            json_response(
-                StatusCode::OK,
-                &Body {
-                    server,
-                    requests,
-                    workers,
-                },
-            )
+    let Ok(_turn) = tokio::time::timeout(DEBUG_WAIT, app.debug_turn.lock()).await else {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "another debug request is running",
+        )
+        .into_response();
+    };
+    if app
+        .paused
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_some()
+    {
+        return ApiError::new(StatusCode::CONFLICT, "the workers are paused").into_response();
+    }
+    let n = app.worker_count();
+    let until = Instant::now() + DEBUG_WAIT;
+    let meeting = Arc::new(Meeting::new(n));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..n {
+        let job = Job::Check {
+            meeting: Arc::clone(&meeting),
+            reply: tx.clone(),
+        };
+        if let Err(e) = app.enqueue_by(job, until).await {
+            return e.into_response();
         }
-        Err(e) => ApiError::internal(e).into_response(),
     }
+    drop(tx);
+    // The meeting's own wait, and a little for the answers.
+    let answers_by = until + DEBUG_WAIT + Duration::from_secs(1);
+    let mut workers = Vec::with_capacity(n);
+    while workers.len() < n {
+        match tokio::time::timeout_at(answers_by.into(), rx.recv()).await {
+            Ok(Some(Ok(w))) => workers.push(w),
+            Ok(Some(Err(e))) => return ApiError::internal(e).into_response(),
+            Ok(None) | Err(_) => {
+                return ApiError::internal("a worker did not answer").into_response();
+            }
+        }
+    }
+    workers.sort_by_key(|w: &WorkerReport| w.worker);
+    workers.dedup_by_key(|w| w.worker);
+    if workers.len() != n {
+        return ApiError::internal("a worker took two checks").into_response();
+    }
+    #[derive(Serialize)]
+    struct Body {
+        server: &'static str,
+        requests: u64,
+        workers: Vec<WorkerReport>,
+    }
+    let server = if app.plain { "plain" } else { "tch-scope" };
+    let requests = app.requests.load(Ordering::Relaxed);
+    json_response(
+        StatusCode::OK,
+        &Body {
+            server,
+            requests,
+            workers,
+        },
+    )
 }
 
 async fn pause_route(State(app): State<Arc<App>>) -> Response {
+    let Ok(_turn) = tokio::time::timeout(DEBUG_WAIT, app.debug_turn.lock()).await else {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "another debug request is running",
+        )
+        .into_response();
+    };
     let gate = Arc::new(Gate::default());
     {
         let mut paused = app.paused.lock().unwrap_or_else(|p| p.into_inner());
+        // Under the lock `stop` takes: a pause never starts after it.
+        if app.stopping.load(Ordering::SeqCst) {
+            return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response();
+        }
         if paused.is_some() {
             return ApiError::new(StatusCode::CONFLICT, "already paused").into_response();
         }
         *paused = Some(Arc::clone(&gate));
     }
-    let g = Arc::clone(&gate);
-    if let Err(e) = to_every_worker(&app, move || Job::Pause(Arc::clone(&g))).await {
-        return e.into_response();
+    let n = app.worker_count();
+    let until = Instant::now() + DEBUG_WAIT;
+    let mut sent = Ok(());
+    for _ in 0..n {
+        sent = app.enqueue_by(Job::Pause(Arc::clone(&gate)), until).await;
+        if sent.is_err() {
+            break;
+        }
     }
-    let n = app.workers;
-    let held = tokio::task::spawn_blocking(move || gate.wait_held(n, Duration::from_secs(30)))
-        .await
-        .unwrap_or(false);
-    if held {
-        json_response(StatusCode::OK, &serde_json::json!({ "paused": n }))
-    } else {
-        ApiError::internal("the workers did not all stop").into_response()
+    while sent.is_ok() && gate.held() < n && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    if sent.is_ok() && gate.held() >= n {
+        return json_response(StatusCode::OK, &serde_json::json!({ "paused": n }));
+    }
+    // Not all held: let go of those that are.
+    let mut paused = app.paused.lock().unwrap_or_else(|p| p.into_inner());
+    if paused.as_ref().is_some_and(|g| Arc::ptr_eq(g, &gate)) {
+        *paused = None;
+    }
+    gate.open();
+    match sent {
+        Err(e) => e.into_response(),
+        Ok(()) => ApiError::internal("the workers did not all stop").into_response(),
     }
 }
 
@@ -714,7 +1344,7 @@ async fn resume_route(State(app): State<Arc<App>>) -> Response {
             gate.open();
             json_response(
                 StatusCode::OK,
-                &serde_json::json!({ "resumed": app.workers }),
+                &serde_json::json!({ "resumed": app.worker_count() }),
             )
         }
         None => ApiError::new(StatusCode::CONFLICT, "not paused").into_response(),
@@ -744,23 +1374,269 @@ fn install_metrics() -> Result<PrometheusHandle, String> {
         metrics::Unit::Seconds,
         "The plain server's predict handler, timed by hand."
     );
+    metrics::describe_gauge!("serve_connections_open", "Client connections open.");
+    metrics::describe_counter!(
+        "serve_connections_closed_total",
+        "Connections the server closed, by reason (idle, header_timeout)."
+    );
+    metrics::describe_counter!(
+        "serve_jobs_skipped_total",
+        "Queued requests dropped before the model ran, by reason."
+    );
     tch_scope::report::describe_metrics();
     Ok(handle)
 }
 
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+// ---- connections -----------------------------------------------------------
+
+/// "No time yet" in [`ConnClock`]'s millisecond fields.
+const UNSET: u64 = u64::MAX;
+
+/// One connection's clocks, in milliseconds since its accept. hyper's own
+/// `header_read_timeout` starts as soon as it waits for a head, between
+/// keep-alive requests too, so it would also be the idle timeout; these
+/// keep the two apart: the header clock starts at a head's first byte.
+struct ConnClock {
+    start: Instant,
+    in_flight: AtomicUsize,
+    /// When the last request ended (or the connection was accepted).
+    idle_since: AtomicU64,
+    /// The first byte of a request head not yet complete, or `UNSET`.
+    head_since: AtomicU64,
+}
+
+/// What a connection's clocks say now.
+enum Due {
+    /// Look again in this long.
+    Wait(Duration),
+    /// No request and no byte for the idle timeout.
+    Idle,
+    /// A head begun and not finished within the header timeout.
+    Header,
+}
+
+impl ConnClock {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(0),
+            head_since: AtomicU64::new(UNSET),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
     }
+
+    fn ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(UNSET - 1)
+    }
+
+    /// Bytes came in: with no request in flight, a head has begun.
+    fn on_read(&self) {
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && self.head_since.load(Ordering::Relaxed) == UNSET
+        {
+            self.head_since.store(self.ms(), Ordering::Relaxed);
+        }
+    }
+
+    /// hyper called the service: the head is complete.
+    fn begin(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.head_since.store(UNSET, Ordering::Relaxed);
+    }
+
+    fn end(&self) {
+        self.idle_since.store(self.ms(), Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn due(&self, limits: Limits) -> Due {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(UNSET - 1);
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return Due::Wait(limits.header.min(limits.idle));
+        }
+        let now = self.ms();
+        let (since, limit, due) = match self.head_since.load(Ordering::Relaxed) {
+            UNSET => (
+                self.idle_since.load(Ordering::Relaxed),
+                limits.idle,
+                Due::Idle,
+            ),
+            head => (head, limits.header, Due::Header),
+        };
+        let at = since.saturating_add(ms(limit));
+        if now >= at {
+            due
+        } else {
+            // Nothing wakes the connection's loop when a head begins: a
+            // look at least once per header timeout sees each head in
+            // time to cut it off at its own deadline.
+            Due::Wait(Duration::from_millis(at - now).min(limits.header))
+        }
+    }
+}
+
+/// Ends a request on its connection's clock when the service's future
+/// ends, answered or dropped.
+struct InFlight(Arc<ConnClock>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
+/// The socket, telling its clock when bytes arrive.
+struct Watched {
+    tcp: TcpStream,
+    clock: Arc<ConnClock>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.tcp).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.clock.on_read();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+}
+
+/// Serves one connection until it ends, its clocks run out, or the server
+/// stops: `stop` closes it once its request in flight is answered, `abort`
+/// (the shutdown bound) at once. The permit is its place under
+/// `--max-connections`.
+async fn serve_connection(
+    tcp: TcpStream,
+    router: Router,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+    mut abort: watch::Receiver<bool>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let clock = Arc::new(ConnClock::new());
+    let io = TokioIo::new(Watched {
+        tcp,
+        clock: Arc::clone(&clock),
+    });
+    let tower = TowerToHyperService::new(router);
+    let tracked = Arc::clone(&clock);
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        tracked.begin();
+        let in_flight = InFlight(Arc::clone(&tracked));
+        let fut = hyper::service::Service::call(&tower, req);
+        async move {
+            let r = fut.await;
+            drop(in_flight);
+            r
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        // The header clock is ours (see `ConnClock`).
+        .header_read_timeout(None)
+        .serve_connection(io, service);
+    let mut conn = std::pin::pin!(conn);
+    let mut closing = false;
+    loop {
+        let wait = match clock.due(limits) {
+            Due::Wait(d) => d,
+            Due::Idle => {
+                if !closing {
+                    metrics::counter!("serve_connections_closed_total", "reason" => "idle")
+                        .increment(1);
+                    // Closes at once when idle; else after the request
+                    // whose first bytes just came.
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+                limits.idle
+            }
+            Due::Header => {
+                metrics::counter!("serve_connections_closed_total", "reason" => "header_timeout")
+                    .increment(1);
+                return;
+            }
+        };
+        tokio::select! {
+            // Errors are the client's (a reset, a bad request hyper
+            // answered itself): nothing to do but close.
+            _ = conn.as_mut() => return,
+            _ = stop.wait_for(|s| *s), if !closing => {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            _ = abort.wait_for(|a| *a) => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// The first SIGTERM or SIGINT sets `stop`; the next exits at once.
+fn watch_signals(stop: watch::Sender<bool>, bound: Duration) -> Result<(), String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM: {e}"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("SIGINT: {e}"))?;
+    // The name, and the status of a process a signal ended (128 + its
+    // number).
+    async fn next(
+        term: &mut tokio::signal::unix::Signal,
+        int: &mut tokio::signal::unix::Signal,
+    ) -> (&'static str, i32) {
+        tokio::select! {
+            _ = term.recv() => ("SIGTERM", 143),
+            _ = int.recv() => ("SIGINT", 130),
+        }
+    }
+    tokio::spawn(async move {
+        let (name, _) = next(&mut term, &mut int).await;
+        eprintln!(
+            "serve: {name}: stopping (in flight finished within {} s; another signal exits at once)",
+            bound.as_secs_f64()
+        );
+        let _ = stop.send(true);
+        let (name, code) = next(&mut term, &mut int).await;
+        eprintln!("serve: {name} again: exiting now");
+        std::process::exit(code);
+    });
+    Ok(())
 }
 
 fn main() {
@@ -799,32 +1675,50 @@ fn run(args: Args) -> Result<(), String> {
     let (tx, rx) = sync_channel::<Job>(args.queue);
     let rx = Arc::new(Mutex::new(rx));
     let depth = Arc::new(AtomicUsize::new(0));
+    let pool = Arc::new(Workers::new(args.workers));
     let workers: Vec<JoinHandle<()>> = (0..args.workers)
-        .map(|i| {
-            let (rx, engine, depth) = (Arc::clone(&rx), Arc::clone(&engine), Arc::clone(&depth));
+        .map(|id| {
+            let w = WorkerCtx {
+                id,
+                jobs: Arc::clone(&rx),
+                engine: Arc::clone(&engine),
+                depth: Arc::clone(&depth),
+                workers: Arc::clone(&pool),
+                warmup: args.warmup_shape.clone(),
+            };
             std::thread::Builder::new()
-                .name(format!("model-worker-{i}"))
-                .spawn(move || worker_loop(i, rx, engine, depth))
+                .name(format!("model-worker-{id}"))
+                .spawn(move || worker_loop(w))
                 .map_err(|e| format!("cannot start a worker: {e}"))
         })
         .collect::<Result<_, _>>()?;
+    drop(rx);
 
+    let connections = Arc::new(Semaphore::new(args.max_connections as usize));
     let app = Arc::new(App {
         jobs: tx,
         depth,
-        workers: args.workers,
+        workers: pool,
         queue: args.queue,
         plain: args.plain,
+        debug: args.debug,
         body_limit: args.body_limit,
+        body_timeout: args.body_timeout,
         default_deadline: args.default_deadline,
+        stuck_after: args.stuck_after,
         metrics,
         paused: Mutex::new(None),
+        debug_turn: tokio::sync::Mutex::new(()),
+        stopping: AtomicBool::new(false),
         requests: AtomicU64::new(0),
+        connections: Arc::clone(&connections),
+        max_connections: args.max_connections,
     });
     let mut router = Router::new()
         .route("/predict", post(predict_route))
         .route("/metrics", get(metrics_route))
-        .route("/healthz", get(healthz));
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz));
     if args.debug {
         router = router
             .route("/debug/workers", get(workers_route))
@@ -841,14 +1735,15 @@ fn run(args: Args) -> Result<(), String> {
         .thread_name("serve-io")
         .build()
         .map_err(|e| format!("cannot start tokio: {e}"))?;
-    rt.block_on(async {
+    let bound = args.shutdown_timeout;
+    let drained = rt.block_on(async {
+        let (stop_tx, mut stop) = watch::channel(false);
+        let (abort_tx, abort) = watch::channel(false);
+        watch_signals(stop_tx, bound)?;
         let listener = tokio::net::TcpListener::bind(args.addr)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
         let local = listener.local_addr().map_err(|e| e.to_string())?;
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
         let upkeep = app.metrics.clone();
         tokio::spawn(async move {
             loop {
@@ -863,19 +1758,81 @@ fn run(args: Args) -> Result<(), String> {
             args.queue,
             args.model.display()
         );
-        axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .map_err(|e| format!("server error: {e}"))
-    })?;
-    drop(rt);
 
-    // Every handler is gone: closing the queue ends the workers.
-    if let Some(gate) = app.paused.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        gate.open();
+        // Accepts while under the cap: past it, connections wait in the
+        // kernel's backlog and cost this process nothing.
+        loop {
+            let permit = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => break,
+                p = Arc::clone(&connections).acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
+            let accepted = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => break,
+                r = listener.accept() => r,
+            };
+            let tcp = match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset
+                    // before it was accepted: wait a little, go on.
+                    eprintln!("serve: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            tokio::spawn(serve_connection(
+                tcp,
+                router.clone(),
+                args.limits,
+                stop.clone(),
+                abort.clone(),
+                permit,
+            ));
+        }
+
+        // Stopping: no new connections; the open ones close after their
+        // request in flight (idle ones at once), within the bound.
+        let until = Instant::now() + bound;
+        drop(listener);
+        app.stop();
+        let all = args.max_connections;
+        let drained = tokio::time::timeout_at(until.into(), connections.acquire_many(all))
+            .await
+            .is_ok();
+        if !drained {
+            let open = all as usize - connections.available_permits();
+            eprintln!(
+                "serve: {open} connection(s) still busy after {} s: closing them",
+                bound.as_secs_f64()
+            );
+            let _ = abort_tx.send(true);
+            let _ =
+                tokio::time::timeout(Duration::from_secs(1), connections.acquire_many(all)).await;
+        }
+        // Every handler is gone: the last sender of the queue goes with the
+        // router's state, and the workers end once it is empty.
+        drop(router);
+        drop(app);
+        // The workers finish what is queued (jobs whose client is gone are
+        // skipped); give them what is left of the bound, at least 0.2 s.
+        let workers_by = until.max(Instant::now() + Duration::from_millis(200));
+        while !workers.iter().all(JoinHandle::is_finished) && Instant::now() < workers_by {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok::<_, String>(drained)
+    })?;
+    rt.shutdown_timeout(Duration::from_millis(100));
+
+    if !workers.iter().all(JoinHandle::is_finished) {
+        eprintln!("serve: workers still busy at the shutdown bound: exiting without them");
+        std::process::exit(1);
     }
-    drop(app);
-    drop(rx);
     for w in workers {
         let _ = w.join();
     }
@@ -885,5 +1842,9 @@ fn run(args: Args) -> Result<(), String> {
         let training = model.modes().map(|m| m.iter().filter(|t| **t).count());
         println!("stopped; the model is back in its saved modes ({training:?} modules training)");
     }
-    Ok(())
+    if drained {
+        Ok(())
+    } else {
+        Err("requests were cut off at the shutdown bound".into())
+    }
 }

@@ -3,7 +3,12 @@
 //! metrics`, and a short load run by `examples/load.rs` (a few hundred
 //! requests, 16 at a time) with every output bitwise right and every
 //! worker's grad mode, inference mode and model modes as before. Both
-//! servers: tch-scope's and `--plain`.
+//! servers: tch-scope's and `--plain`. Then what a server owes its
+//! clients and its operator: slow, silent and idle connections closed on
+//! their clocks and capped, SIGTERM (once and twice) and its bound, the
+//! 408/415/422/500 answers and request ids, requests of departed clients
+//! skipped, `/healthz` and `/readyz`, concurrent debug routes. Faults in a
+//! worker come from the `x-debug-fault` header (`--debug` only).
 //!
 //! The example binaries are the ones beside this test's binary, which
 //! `make test` builds first (a nested `cargo build` would wait on the lock
@@ -15,7 +20,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long any one child process may run.
@@ -82,12 +87,58 @@ fn bins() -> &'static HashMap<String, PathBuf> {
 struct Server {
     child: Child,
     addr: String,
+    /// Everything it wrote to stderr so far (also echoed to this test's).
+    stderr: Arc<Mutex<String>>,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM (through kill(1): no libc here).
+    fn sigterm(&self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill -TERM {}", self.pid());
+    }
+
+    /// Its exit status, waiting at most `limit`; `None` if still running.
+    fn exit_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if start.elapsed() >= limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The sockets it holds open (its listener, tokio's signal pipe and
+    /// every connection), from /proc.
+    fn sockets(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .expect("/proc/PID/fd")
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|l| l.to_string_lossy().starts_with("socket:"))
+            .count()
+    }
+
+    fn stderr_text(&self) -> String {
+        self.stderr.lock().unwrap().clone()
     }
 }
 
@@ -99,7 +150,7 @@ fn start(plain: bool, extra: &[&str]) -> Server {
     }
     let mut child = cmd
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("serve starts");
     let stdout = child.stdout.take().expect("piped");
@@ -111,9 +162,24 @@ fn start(plain: bool, extra: &[&str]) -> Server {
         }
         for _ in lines {}
     });
+    let stderr = Arc::new(Mutex::new(String::new()));
+    {
+        let pipe = child.stderr.take().expect("piped");
+        let stderr = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("{line}");
+                let mut s = stderr.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+    }
     let mut server = Server {
         child,
         addr: String::new(),
+        stderr,
     };
     let line = rx
         .recv_timeout(Duration::from_secs(60))
@@ -240,11 +306,6 @@ fn status_codes(plain: bool) {
             "`data` has 3 values, `shape` [2, 32] needs 64",
         ),
         (
-            "a shape the model refuses",
-            input(2, 16),
-            "the model refused the input",
-        ),
-        (
             "not a number",
             "{\"shape\": [2], \"data\": [1, \"x\"]}".into(),
             "data[1] is not a number",
@@ -270,6 +331,10 @@ fn status_codes(plain: bool) {
         assert_eq!(status, 400, "{what}: {v}");
         assert!(error(&v).contains(says), "{what}: {v}");
     }
+    // 422: well-formed, but the model refuses it.
+    let (status, v) = predict(a, None, &input(2, 16));
+    assert_eq!(status, 422, "{v}");
+    assert!(error(&v).contains("the model refused the input"), "{v}");
     let (status, v) = predict(a, Some("soon"), &input(1, 32));
     assert_eq!(status, 400, "{v}");
     assert!(error(&v).contains("x-deadline-ms"), "{v}");
@@ -312,7 +377,8 @@ fn status_codes(plain: bool) {
         "http_requests_total{path=\"/predict\",status=\"200\"} 3",
         "http_requests_total{path=\"/predict\",status=\"503\"} 1",
         "http_requests_total{path=\"/predict\",status=\"504\"} 2",
-        "http_requests_total{path=\"/predict\",status=\"400\"} 8",
+        "http_requests_total{path=\"/predict\",status=\"400\"} 7",
+        "http_requests_total{path=\"/predict\",status=\"422\"} 1",
     ] {
         assert!(text.contains(line), "no {line} in\n{text}");
     }
@@ -456,4 +522,537 @@ fn short_load_run_on_the_tch_scope_server_is_right() {
 #[test]
 fn short_load_run_on_the_plain_server_is_right() {
     short_load(true);
+}
+
+// ---- slow clients, shutdown, statuses, workers -----------------------------
+
+/// A request on a kept-alive connection: the status line and body of the
+/// answer read by its content-length, the connection left open.
+fn keep_alive_get(addr: &str, path: &str) -> (TcpStream, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nhost: {addr}\r\n\r\n").unwrap();
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    (s, status)
+}
+
+/// Whether the server has closed `s`: EOF or a reset within `limit`.
+fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
+    s.set_read_timeout(Some(limit.max(Duration::from_millis(1))))
+        .unwrap();
+    let mut b = [0u8; 256];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Whether `s` is still open now (nothing to read, no EOF).
+fn open_now(s: &mut TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let mut b = [0u8; 1];
+    let open = matches!(s.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    s.set_nonblocking(false).unwrap();
+    open
+}
+
+/// 500 silent connections, a client that sends its head a line at a time,
+/// and an idle keep-alive connection: a request on a fresh connection is
+/// answered at once, and the server closes each of them on its own clock
+/// (the header clock starts at a head's first byte, the idle clock when a
+/// connection has no request).
+#[test]
+fn silent_slow_and_idle_clients_are_closed_and_do_not_delay_a_request() {
+    let s = start(
+        false,
+        &[
+            "--workers",
+            "1",
+            "--header-timeout-s",
+            "1",
+            "--idle-timeout-s",
+            "3",
+        ],
+    );
+    let a = s.addr.clone();
+    let base = s.sockets();
+    let mut silent: Vec<TcpStream> = (0..500)
+        .map(|i| TcpStream::connect(&a).unwrap_or_else(|e| panic!("connection {i}: {e}")))
+        .collect();
+    // A slowloris: one header line every 200 ms, never the blank line.
+    let slow = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let mut c = TcpStream::connect(&a).unwrap();
+            let t = Instant::now();
+            let _ = c.write_all(b"POST /predict HTTP/1.1\r\n");
+            while t.elapsed() < Duration::from_secs(8) {
+                std::thread::sleep(Duration::from_millis(200));
+                if c.write_all(b"x-slow: 1\r\n").is_err() {
+                    return Some(t.elapsed());
+                }
+            }
+            None
+        })
+    };
+    let (mut idle, status) = keep_alive_get(&a, "/healthz");
+    assert!(status.contains(" 200 "), "{status}");
+    let idle_since = Instant::now();
+
+    let t = Instant::now();
+    let (status, v) = predict(&a, None, &input(1, 32));
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "a request beside 500 silent connections took {:?}",
+        t.elapsed()
+    );
+
+    let took = slow.join().unwrap();
+    assert!(
+        took.is_some_and(|d| d < Duration::from_secs(4)),
+        "the slow head was not cut off at the 1 s header timeout: {took:?}"
+    );
+    // Past the header timeout, before the idle one: still open.
+    std::thread::sleep(Duration::from_millis(1800).saturating_sub(idle_since.elapsed()));
+    assert!(
+        open_now(&mut idle),
+        "an idle keep-alive connection closed {:?} after its request, before --idle-timeout-s",
+        idle_since.elapsed()
+    );
+    let by = idle_since + Duration::from_secs(6);
+    assert!(
+        closed_within(&mut idle, by.saturating_duration_since(Instant::now())),
+        "the idle keep-alive connection is still open after 6 s"
+    );
+    for (i, c) in silent.iter_mut().enumerate() {
+        assert!(
+            closed_within(c, by.saturating_duration_since(Instant::now())),
+            "silent connection {i} is still open after 6 s"
+        );
+    }
+    drop(silent);
+    // And the server holds no socket for them any more.
+    let t = Instant::now();
+    while s.sockets() > base && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(s.sockets(), base, "sockets left open in the server");
+    let (_, text) = http(&a, "GET", "/metrics", &[], b"");
+    for needle in [
+        "serve_connections_closed_total{reason=\"header_timeout\"} 1",
+        "serve_connections_closed_total{reason=\"idle\"} 501",
+    ] {
+        assert!(text.contains(needle), "no {needle} in\n{text}");
+    }
+}
+
+/// A body that stops coming: 408 after `--body-timeout-s`.
+#[test]
+fn a_body_that_stops_coming_gets_408() {
+    let s = start(false, &["--workers", "1", "--body-timeout-s", "1"]);
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let t = Instant::now();
+    write!(
+        c,
+        "POST /predict HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: 1000\r\n\r\n{{\"shape\": [1, 32], "
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    let _ = c.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 408 "), "{text:?}");
+    assert!(text.contains("did not arrive within 1 s"), "{text}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}
+
+/// `--max-connections 4`: 10 silent connections cost the server 4
+/// sockets (the rest wait in the kernel's backlog), and a request behind
+/// them is answered once the idle clock has closed those before it.
+#[test]
+fn connections_past_the_cap_wait_in_the_backlog() {
+    let s = start(
+        false,
+        &[
+            "--workers",
+            "1",
+            "--max-connections",
+            "4",
+            "--idle-timeout-s",
+            "1",
+        ],
+    );
+    let base = s.sockets();
+    let silent: Vec<TcpStream> = (0..10)
+        .map(|_| TcpStream::connect(&s.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let held = s.sockets() - base;
+    assert!(held <= 4, "{held} connections accepted past a cap of 4");
+    let t = Instant::now();
+    let (status, v) = predict(&s.addr, None, &input(1, 32));
+    assert_eq!(status, 200, "{v}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    drop(silent);
+}
+
+/// SIGTERM with the worker held by /debug/pause, a request queued behind
+/// it, an idle keep-alive connection and a silent one: the pause lets go,
+/// the request is answered, the process exits 0 at once (not after the
+/// idle or header timeouts).
+#[test]
+fn sigterm_answers_the_request_in_flight_and_exits_despite_a_pause_and_idle_connections() {
+    let mut s = start(false, &["--workers", "1"]);
+    let a = s.addr.clone();
+    let (status, body) = http(&a, "POST", "/debug/pause", &[], b"");
+    assert_eq!(status, 200, "{body}");
+    let queued = {
+        let a = a.clone();
+        std::thread::spawn(move || predict(&a, None, &input(1, 32)))
+    };
+    let (mut idle, status) = keep_alive_get(&a, "/healthz");
+    assert!(status.contains(" 200 "), "{status}");
+    let mut silent = TcpStream::connect(&a).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    s.sigterm();
+    let (status, v) = queued.join().unwrap();
+    assert_eq!(status, 200, "the request in flight: {v}");
+    let exit = s.exit_within(Duration::from_secs(5));
+    assert!(
+        exit.is_some_and(|e| e.success()),
+        "exit {exit:?} {:?} after SIGTERM",
+        t.elapsed()
+    );
+    assert!(closed_within(&mut idle, Duration::from_secs(1)));
+    assert!(closed_within(&mut silent, Duration::from_secs(1)));
+}
+
+/// After SIGTERM the listener is closed while a slow request finishes; a
+/// second SIGTERM exits at once (status 128 + 15).
+#[test]
+fn after_sigterm_new_connections_are_refused_and_a_second_sigterm_exits_at_once() {
+    let mut s = start(false, &["--workers", "1"]);
+    let a = s.addr.clone();
+    let slow = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let mut c = TcpStream::connect(&a).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let body = input(1, 32);
+            write!(
+                c,
+                "POST /predict HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+                 x-debug-fault: sleep:5000\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            let mut raw = Vec::new();
+            let _ = c.read_to_end(&mut raw);
+            raw
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    s.sigterm();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        s.exit_within(Duration::ZERO).is_none(),
+        "the server exited with a request in flight"
+    );
+    let refused = TcpStream::connect(&a);
+    assert!(refused.is_err(), "a connection accepted after SIGTERM");
+    let t = Instant::now();
+    s.sigterm();
+    let exit = s.exit_within(Duration::from_secs(2));
+    assert_eq!(
+        exit.and_then(|e| e.code()),
+        Some(143),
+        "after a second SIGTERM: {exit:?} in {:?}",
+        t.elapsed()
+    );
+    let _ = slow.join();
+}
+
+/// A request that outlasts `--shutdown-timeout-s`: the process exits
+/// within the bound (status 1, it cut work off).
+#[test]
+fn shutdown_is_bounded_by_its_flag() {
+    let mut s = start(false, &["--workers", "1", "--shutdown-timeout-s", "1"]);
+    let a = s.addr.clone();
+    let _slow = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let _ = http(
+                &a,
+                "POST",
+                "/predict",
+                &[
+                    ("content-type", "application/json"),
+                    ("x-debug-fault", "sleep:20000"),
+                ],
+                input(1, 32).as_bytes(),
+            );
+        })
+    };
+    let (_idle, _) = keep_alive_get(&a, "/healthz");
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    s.sigterm();
+    let exit = s.exit_within(Duration::from_secs(4));
+    assert_eq!(
+        exit.and_then(|e| e.code()),
+        Some(1),
+        "{exit:?} {:?} after SIGTERM",
+        t.elapsed()
+    );
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+}
+
+/// The answer and its `x-request-id` header.
+fn predict_with(addr: &str, headers: &[(&str, &str)], body: &str) -> (u16, serde_json::Value) {
+    let (status, text) = http(addr, "POST", "/predict", headers, body.as_bytes());
+    let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    (status, v)
+}
+
+/// 415 for a body that is not JSON, 422 for an input the model refuses,
+/// 500 for a non-finite output and for a panic (whose message goes to the
+/// log under the request id, not to the client); the worker goes on.
+fn statuses(plain: bool) {
+    let s = start(plain, &["--workers", "1"]);
+    let a = s.addr.as_str();
+    let json = ("content-type", "application/json");
+
+    let (status, v) = predict_with(a, &[("content-type", "text/plain")], &input(1, 32));
+    assert_eq!(status, 415, "{v}");
+    let (status, v) = predict_with(a, &[], &input(1, 32));
+    assert_eq!(status, 415, "no content-type: {v}");
+    let (status, v) = predict_with(
+        a,
+        &[("content-type", "application/json; charset=utf-8")],
+        &input(1, 32),
+    );
+    assert_eq!(status, 200, "{v}");
+
+    let (status, v) = predict_with(a, &[json], &input(2, 16));
+    assert_eq!(status, 422, "{v}");
+
+    // Finite inputs whose output overflows to NaN: never a `null` in a 200.
+    let huge = format!(
+        "{{\"shape\": [1, 32], \"data\": [{}]}}",
+        vec!["3e38"; 32].join(", ")
+    );
+    let (status, v) = predict_with(a, &[json], &huge);
+    assert_eq!(status, 500, "{v}");
+    assert!(error(&v).contains("not finite"), "{v}");
+    assert!(v["request_id"].is_string(), "{v}");
+
+    let secret = "the-secret-in-a-panic-4242";
+    let fault = format!("panic:{secret}");
+    let (status, v) = predict_with(a, &[json, ("x-debug-fault", &fault)], &input(1, 32));
+    assert_eq!(status, 500, "{v}");
+    assert!(
+        !v.to_string().contains(secret),
+        "the panic message went out: {v}"
+    );
+    let id = v["request_id"].as_str().expect("a request id").to_string();
+    let t = Instant::now();
+    let logged = loop {
+        let log = s.stderr_text();
+        if let Some(line) = log.lines().find(|l| l.contains(&format!("request {id}:"))) {
+            break line.to_string();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "no log line for {id}:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(logged.contains(secret), "{logged}");
+
+    let (status, v) = predict(a, None, &input(3, 32));
+    assert_eq!(status, 200, "the worker after its panic: {v}");
+    assert_workers_as_before(a, 1);
+}
+
+#[test]
+fn tch_scope_server_answers_415_422_500_and_logs_panics_under_a_request_id() {
+    statuses(false);
+}
+
+#[test]
+fn plain_server_answers_415_422_500_and_logs_panics_under_a_request_id() {
+    statuses(true);
+}
+
+fn jobs_done(addr: &str) -> u64 {
+    let (status, body) = http(addr, "GET", "/debug/workers", &[], b"");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| w["jobs"].as_u64().expect("jobs"))
+        .sum()
+}
+
+/// A request whose client closed its connection while it was queued is
+/// dropped before the model runs.
+#[test]
+fn a_request_whose_client_left_is_dropped_before_compute() {
+    let s = start(false, &["--workers", "1"]);
+    let a = s.addr.as_str();
+    let before = jobs_done(a);
+    let (status, body) = http(a, "POST", "/debug/pause", &[], b"");
+    assert_eq!(status, 200, "{body}");
+    {
+        let mut c = TcpStream::connect(a).unwrap();
+        let body = input(1, 32);
+        write!(
+            c,
+            "POST /predict HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    } // the client goes
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, body) = http(a, "POST", "/debug/resume", &[], b"");
+    assert_eq!(status, 200, "{body}");
+    let t = Instant::now();
+    let needle = "serve_jobs_skipped_total{reason=\"client_gone\"} 1";
+    loop {
+        let (_, text) = http(a, "GET", "/metrics", &[], b"");
+        if text.contains(needle) {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "no {needle} in\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        jobs_done(a),
+        before,
+        "the model ran for a client that had left"
+    );
+}
+
+fn healthz(addr: &str) -> (u16, serde_json::Value) {
+    let (status, body) = http(addr, "GET", "/healthz", &[], b"");
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}")),
+    )
+}
+
+/// `/healthz`: 503 naming a worker busy past `--stuck-after-s`, then one
+/// whose thread ended; the other worker goes on serving.
+#[test]
+fn healthz_reports_stuck_and_gone_workers() {
+    let s = start(false, &["--workers", "2", "--stuck-after-s", "1"]);
+    let a = s.addr.clone();
+    let (status, v) = healthz(&a);
+    assert_eq!(status, 200, "{v}");
+    let json = ("content-type", "application/json");
+    let slow = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            predict_with(&a, &[json, ("x-debug-fault", "sleep:2500")], &input(1, 32))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1800));
+    let (status, v) = healthz(&a);
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["stuck"].as_array().map(Vec::len), Some(1), "{v}");
+    let (status, v) = slow.join().unwrap();
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = healthz(&a);
+    assert_eq!(status, 200, "{v}");
+
+    let (status, v) = predict_with(&a, &[json, ("x-debug-fault", "die")], &input(1, 32));
+    assert_eq!(status, 500, "{v}");
+    let (status, v) = healthz(&a);
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["gone"].as_array().map(Vec::len), Some(1), "{v}");
+    for _ in 0..4 {
+        let (status, v) = predict(&a, None, &input(1, 32));
+        assert_eq!(status, 200, "the live worker: {v}");
+    }
+}
+
+/// `/readyz` is 503 until the model's first forward has run: here the
+/// warm-up shape is one the model refuses, so the first request is it.
+/// With the default warm-up the server becomes ready by itself.
+#[test]
+fn readyz_waits_for_the_first_forward() {
+    let s = start(false, &["--workers", "1", "--warmup-shape", "1,16"]);
+    let a = s.addr.as_str();
+    // The warm-up has been tried once the worker is idle.
+    let t = Instant::now();
+    while healthz(a).1["workers"][0]["state"] != "idle" {
+        assert!(t.elapsed() < Duration::from_secs(30), "{}", healthz(a).1);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, body) = http(a, "GET", "/readyz", &[], b"");
+    assert_eq!(status, 503, "{body}");
+    let (status, v) = predict(a, None, &input(1, 32));
+    assert_eq!(status, 200, "{v}");
+    let (status, body) = http(a, "GET", "/readyz", &[], b"");
+    assert_eq!(status, 200, "{body}");
+
+    let s = start(true, &["--workers", "2"]);
+    let t = Instant::now();
+    while http(&s.addr, "GET", "/readyz", &[], b"").0 != 200 {
+        assert!(t.elapsed() < Duration::from_secs(30), "never ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Four `GET /debug/workers` at once on two workers all answer (each
+/// check has the workers to itself), and while paused one answers 409.
+#[test]
+fn concurrent_debug_checks_all_answer() {
+    let s = start(false, &["--workers", "2"]);
+    let checks: Vec<_> = (0..4)
+        .map(|_| {
+            let a = s.addr.clone();
+            std::thread::spawn(move || http(&a, "GET", "/debug/workers", &[], b""))
+        })
+        .collect();
+    for c in checks {
+        let (status, body) = c.join().unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, body) = http(&s.addr, "POST", "/debug/pause", &[], b"");
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = http(&s.addr, "GET", "/debug/workers", &[], b"");
+    assert_eq!(status, 409, "{body}");
+    let (status, body) = http(&s.addr, "POST", "/debug/resume", &[], b"");
+    assert_eq!(status, 200, "{body}");
+    assert_workers_as_before(&s.addr, 2);
 }
