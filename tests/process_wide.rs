@@ -633,7 +633,7 @@ fn a_checkpoint_whose_folder_disappears_is_the_callers_error() {
 }
 
 #[test]
-fn save_on_panic_false_keeps_the_last_good_file() {
+fn save_on_failure_false_keeps_the_last_good_file() {
     let _s = serial();
     let vs = small_vs();
     let dir = scratch("keep");
@@ -642,14 +642,14 @@ fn save_on_panic_false_keeps_the_last_good_file() {
     let good = std::fs::read(&path).unwrap();
     for save in [false, true] {
         let r = catch_unwind(std::panic::AssertUnwindSafe(|| {
-            scoped!(checkpoint(vs, &path, save_on_panic = save) => {
+            scoped!(checkpoint(vs, &path, save_on_failure = save) => {
                 log_metric("step", 2.0);
                 panic!("diverged")
             })
         }));
         assert!(r.is_err());
         let now = std::fs::read(&path).unwrap();
-        assert_eq!(now == good, !save, "save_on_panic = {save}");
+        assert_eq!(now == good, !save, "save_on_failure = {save}");
     }
     // No temporary file left behind.
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();

@@ -180,4 +180,16 @@ uint64_t tch_scope_deadline_trips(int64_t* trip_at) {
 
 const char* tch_scope_deadline_trip_message(void) { return state.trip.c_str(); }
 
+// Exclusion, not inclusion: an excluded key wins over an included one, so
+// the deadline entered by a scope inside the exit (which sets "included")
+// stays off too, and the open deadlines' state is untouched for when the
+// exclusion ends.
+bool tch_scope_deadline_exclude(void) {
+  bool was = c10::impl::tls_is_dispatch_key_excluded(kKey);
+  c10::impl::tls_set_dispatch_key_excluded(kKey, true);
+  return was;
+}
+
+void tch_scope_deadline_unexclude(bool was) { c10::impl::tls_set_dispatch_key_excluded(kKey, was); }
+
 }  // extern "C"

@@ -37,3 +37,16 @@ void register_check();
 void set(const Open& open) noexcept;
 
 }  // namespace tch_scope::deadline
+
+// The C ABI of the exclusion, declared here beside its only user's header
+// rather than in context.h: a scope's exit (a checkpoint's save) runs
+// operators that an open deadline must not refuse.
+extern "C" {
+// Takes the deadline's dispatch key out of the calling thread's dispatch
+// (the TLS "excluded" set, as c10::impl::ExcludeDispatchKeyGuard does), so
+// no open deadline refuses its operators; returns whether it was excluded
+// already, for tch_scope_deadline_unexclude. Never throws.
+bool tch_scope_deadline_exclude(void);
+// Puts the exclusion back as tch_scope_deadline_exclude found it (`was`).
+void tch_scope_deadline_unexclude(bool was);
+}

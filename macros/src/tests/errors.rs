@@ -704,7 +704,7 @@ fn failed_attribute_reemits_the_function_unchanged() {
 #[test]
 fn checkpoint_reports_every_mistake() {
     every_mistake(
-        "checkpoint(vs, p, restart, resume, resume = b, save_on_panc = false) => {}",
+        "checkpoint(vs, p, restart, resume, resume = b, save_on_failur = false) => {}",
         &[
             ("unexpected argument to `checkpoint`: write", "restart", 1),
             (
@@ -713,15 +713,15 @@ fn checkpoint_reports_every_mistake() {
                 2,
             ),
             (
-                "`checkpoint` has no argument `save_on_panc` (did you mean `save_on_panic`?)",
-                "save_on_panc",
+                "`checkpoint` has no argument `save_on_failur` (did you mean `save_on_failure`?)",
+                "save_on_failur",
                 1,
             ),
         ],
     );
     one(
         "checkpoint(vs) => {}",
-        "`checkpoint` needs its `path` argument: write `checkpoint(vs, \"model.ot\", resume, save_on_panic = false)`",
+        "`checkpoint` needs its `path` argument: write `checkpoint(vs, \"model.ot\", resume, save_on_failure = false)`",
         "(",
         1,
     );

@@ -336,13 +336,13 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "checkpoint",
-        usage: "checkpoint(vs, \"model.ot\", resume, save_on_panic = false)",
+        usage: "checkpoint(vs, \"model.ot\", resume, save_on_failure = false)",
         doc: "VarStore saved on exit",
         params: &[
             Param::positional("vs", 0),
             Param::positional("path", 1),
             Param::flag("resume"),
-            Param::flag("save_on_panic"),
+            Param::flag("save_on_failure"),
         ],
         check: checkpoint::check,
         awaits: Awaits::WholeFuture,
@@ -351,8 +351,8 @@ pub(crate) const WORDS: &[Word] = &[
             "checkpoint(vs, \"model.ot\")",
             "checkpoint(vs, &path, resume)",
             "checkpoint(vs, p, resume = again)",
-            "checkpoint(vs, p, save_on_panic = false)",
-            "checkpoint(vs, p, resume, save_on_panic = keep)",
+            "checkpoint(vs, p, save_on_failure = false)",
+            "checkpoint(vs, p, resume, save_on_failure = keep)",
         ],
         ..BASE
     },

@@ -179,18 +179,18 @@ pub fn record(name: impl AsRef<str>) -> Record {
     Record::new(name)
 }
 
-/// `checkpoint(vs, path, resume, save_on_panic = b)`: the macros pass
+/// `checkpoint(vs, path, resume, save_on_failure = b)`: the macros pass
 /// `&(vs)`, so the scope borrows the VarStore.
 #[inline]
 pub fn checkpoint<'a>(
     vs: &'a tch::nn::VarStore,
     path: impl AsRef<Path>,
     resume: bool,
-    save_on_panic: bool,
+    save_on_failure: bool,
 ) -> Checkpoint<'a> {
     Checkpoint::new(vs, path)
         .resume(resume)
-        .save_on_panic(save_on_panic)
+        .save_on_failure(save_on_failure)
 }
 
 #[inline(always)]

@@ -26,6 +26,20 @@
 //! message. Nested deadlines: the earliest wins, and every enclosing
 //! `deadline` scope whose own (effective) deadline it was ends with it.
 //!
+//! What a deadline leaves half-done: it stops the body at the next
+//! operator, wherever that is. A multi-op update it cuts short stays cut
+//! short: an optimizer step that updated some parameters and not the
+//! others, a backward pass that accumulated part of a `.grad`, a
+//! `VarStore` copied in part. A `checkpoint` in the same list saves by
+//! default on every exit, that half-done state too; with
+//! `save_on_failure(false)` (`save_on_failure = false` in the macros) it
+//! keeps the last good file instead.
+//!
+//! Scope exits are not refused: an exit that runs operators (a
+//! `checkpoint`'s save) excludes the deadline for its duration, so a
+//! deadline that has passed neither loses the save nor panics inside a
+//! `Drop`.
+//!
 //! In async code the deadline is fixed at the first poll and checked
 //! around every poll (per thread, like grad mode); the body's failure is
 //! not turned into a `ScopeError` there (operators fail as above).
@@ -82,6 +96,8 @@ unsafe extern "C" {
     fn tch_scope_deadline_exit(saved: *const Saved);
     fn tch_scope_deadline_trips(trip_at: *mut i64) -> u64;
     fn tch_scope_deadline_trip_message() -> *const std::ffi::c_char;
+    fn tch_scope_deadline_exclude() -> bool;
+    fn tch_scope_deadline_unexclude(was: bool);
 }
 
 /// A time budget or an instant for the scope: once it has passed, the
@@ -302,6 +318,39 @@ impl DeadlineGuard {
     /// ```
     pub fn run<T>(&self, f: impl FnOnce() -> T) -> Result<T, ScopeError> {
         run_catching(f, || self.passed())
+    }
+}
+
+/// While alive, no deadline refuses an operator of this thread: held by a
+/// scope's exit that runs operators (a checkpoint's save), so that a
+/// deadline that has passed (the reason the body ended, perhaps) does not
+/// make the exit fail, or panic inside `Drop` while a panic unwinds. The
+/// deadline's key is excluded, as `c10::impl::ExcludeDispatchKeyGuard`
+/// does; a deadline entered inside stays off too, and leaving puts the
+/// exclusion back as it was (so these nest).
+#[must_use = "the deadline is excluded only while the guard lives"]
+#[derive(Debug)]
+pub(crate) struct DeadlineExcluded {
+    was: bool,
+    _not_send: crate::PhantomNotSend,
+}
+
+impl DeadlineExcluded {
+    /// Excludes the deadline on this thread until the guard drops.
+    pub(crate) fn new() -> Self {
+        // SAFETY: two thread-local words; never throws.
+        let was = unsafe { tch_scope_deadline_exclude() };
+        Self {
+            was,
+            _not_send: crate::PhantomNotSend::NEW,
+        }
+    }
+}
+
+impl Drop for DeadlineExcluded {
+    fn drop(&mut self) {
+        // SAFETY: what `new` found, on the same thread (the guard is !Send).
+        unsafe { tch_scope_deadline_unexclude(self.was) };
     }
 }
 
