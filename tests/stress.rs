@@ -482,7 +482,7 @@ fn many_futures_interleaved_on_small_executors_restore_everything() {
 /// are one setting with one value.
 const GLOBAL_WORDS: u64 = 5;
 
-fn enter_global(which: u64) -> Box<dyn std::any::Any + Send> {
+fn enter_global(which: u64) -> Box<dyn std::any::Any> {
     use tch_scope::{Cudnn, Deterministic, MatmulPrecision, Sdpa, SdpaBackend, Tf32};
     match which {
         0 => Box::new(MatmulPrecision::new("high").enter().unwrap()),

@@ -135,11 +135,17 @@
 //! inner scope may set another value until it ends.
 //!
 //! In async code the holder is the task, not the thread: a future holding
-//! a process-wide word for its whole life (the macros' async code,
-//! [`Spanned`]) keeps holding it while it moves between worker threads,
-//! and two tasks interleaved on one thread are two holders. The guards are
-//! `Send`. A guard entered by hand and held across an `.await` outside the
-//! macros counts as its thread's until it drops.
+//! a process-wide word for its whole life (the macros' async code) keeps
+//! holding it while it moves between worker threads, and two tasks
+//! interleaved on one thread are two holders. A guard entered by hand is
+//! its thread's hold, and is not `Send`: moved to another thread, it would
+//! still count as the first thread's, whose next scope would nest in a
+//! scope it no longer holds. Write the words in an attribute or in
+//! `scoped!` for async code that moves between threads.
+//!
+//! The same holds for `eval(model)` / `train(model)`, a model's mode
+//! (see [`Mode`]), and a model an [`Inference`] serves stays in eval mode:
+//! a `train(model)` scope on it is refused.
 //!
 //! `threads(n)` is process-wide only in part: see [`Threads`].
 

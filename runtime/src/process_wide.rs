@@ -306,12 +306,31 @@ impl fmt::Display for Holder<'_> {
     }
 }
 
+/// Guards that are right on any thread as long as
+/// [`Scope::suspend`](crate::Scope::suspend) and
+/// [`Scope::resume`](crate::Scope::resume) are called around each move, as
+/// [`Spanned`](crate::Spanned) does: the guards of process-wide words,
+/// `!Send` by themselves (see [`Held`]).
+///
+/// # Safety
+/// Only for guards whose thread-bound part is the registry's record of
+/// where they are active (kept right by `suspend` / `resume`), and whose
+/// other fields are `Send`.
+pub unsafe trait MovesWithTask {}
+
 /// A guard's hold on one setting: leaves on drop, reporting a failed
 /// restore to the exit hook under `word`.
+///
+/// `!Send`: its entry is active on the thread that entered it (scopes
+/// entered later there nest in it). Moved to another thread by hand, it
+/// would still count as that thread's. The macros' async code moves such
+/// guards only inside `Task` (private), stepping them off and onto threads
+/// around each poll.
 pub(crate) struct Held<S: Setting> {
     ticket: Ticket,
     word: &'static str,
     _setting: std::marker::PhantomData<fn() -> S>,
+    _not_send: crate::PhantomNotSend,
 }
 
 impl<S: Setting> Held<S> {
@@ -320,6 +339,7 @@ impl<S: Setting> Held<S> {
             ticket,
             word,
             _setting: std::marker::PhantomData,
+            _not_send: crate::PhantomNotSend::NEW,
         })
     }
 

@@ -4,9 +4,11 @@
 pub use tch_scope_macros::{scoped_impl, try_scoped_impl};
 
 mod method_name;
+mod task;
 mod words;
 
 pub use method_name::{MethodName, MethodSite};
+pub use task::{MovesWithTask, Task, TaskGuard};
 pub use words::*;
 
 /// Test-only: makes the shim's `op` fail `times` times on this thread (see

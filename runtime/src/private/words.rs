@@ -7,6 +7,8 @@ use std::path::Path;
 
 use tch::Kind;
 
+use super::task::{Task, TaskGuard};
+
 pub use crate::SdpaBackend;
 pub use crate::SyncMode;
 #[cfg(feature = "distributed")]
@@ -14,7 +16,8 @@ pub use crate::dist::{Backend as DistBackend, Distributed};
 pub use crate::report::Site;
 use crate::{
     Autocast, Checkpoint, DetectAnomaly, Deterministic, EnableGrad, ForkRng, Grad, InferenceMode,
-    IntoScopeDevice, Mode, NoGrad, OnDevice, Profile, Record, Scope, ScopeError, Seed, Trainable,
+    IntoScopeDevice, Mode, ModeGuard, NoGrad, OnDevice, Profile, Record, Scope, ScopeError, Seed,
+    Trainable,
 };
 
 #[inline(always)]
@@ -74,20 +77,24 @@ pub fn with<S: Scope>(scope: S) -> impl Scope<Guard = S::Guard, Error = S::Error
 /// model rather than moving it. The opaque return type keeps a
 /// non-`Trainable` model to one error, at the user's expression.
 #[inline(always)]
-pub fn eval<T: Trainable + ?Sized>(model: &T) -> impl Scope<Error = ScopeError>
+pub fn eval<T: Trainable + ?Sized>(
+    model: &T,
+) -> impl Scope<Error = ScopeError, Guard = TaskGuard<ModeGuard<'_, T>>>
 where
     T::Modes: Send + 'static,
 {
-    Mode::eval(model)
+    Task(Mode::eval(model))
 }
 
 /// `train(model)`; see [`eval`].
 #[inline(always)]
-pub fn train<T: Trainable + ?Sized>(model: &T) -> impl Scope<Error = ScopeError>
+pub fn train<T: Trainable + ?Sized>(
+    model: &T,
+) -> impl Scope<Error = ScopeError, Guard = TaskGuard<ModeGuard<'_, T>>>
 where
     T::Modes: Send + 'static,
 {
-    Mode::train(model)
+    Task(Mode::train(model))
 }
 
 #[inline(always)]
@@ -125,28 +132,28 @@ pub fn gpu_memory_scope(name: &'static str, device: usize, empty_cache: bool) ->
 }
 
 #[inline(always)]
-pub fn seed(n: u64) -> Seed {
-    Seed(n)
+pub fn seed(n: u64) -> Task<Seed> {
+    Task(Seed(n))
 }
 
 #[inline(always)]
-pub fn fork_rng() -> ForkRng {
-    ForkRng
+pub fn fork_rng() -> Task<ForkRng> {
+    Task(ForkRng)
 }
 
 #[inline]
-pub fn fork_rng_devices(devices: impl IntoIterator<Item = usize>) -> crate::ForkDevices {
-    ForkRng::devices(devices)
+pub fn fork_rng_devices(devices: impl IntoIterator<Item = usize>) -> Task<crate::ForkDevices> {
+    Task(ForkRng::devices(devices))
 }
 
 #[inline]
-pub fn seed_devices(n: u64, devices: impl IntoIterator<Item = usize>) -> crate::ForkDevices {
-    Seed(n).devices(devices)
+pub fn seed_devices(n: u64, devices: impl IntoIterator<Item = usize>) -> Task<crate::ForkDevices> {
+    Task(Seed(n).devices(devices))
 }
 
 #[inline(always)]
-pub fn threads(n: usize) -> crate::Threads {
-    crate::Threads(n)
+pub fn threads(n: usize) -> Task<crate::Threads> {
+    Task(crate::Threads(n))
 }
 
 #[inline(always)]
@@ -194,23 +201,23 @@ pub fn checkpoint<'a>(
 }
 
 #[inline(always)]
-pub fn detect_anomaly(check_nan: bool) -> DetectAnomaly {
-    DetectAnomaly::new().check_nan(check_nan)
+pub fn detect_anomaly(check_nan: bool) -> Task<DetectAnomaly> {
+    Task(DetectAnomaly::new().check_nan(check_nan))
 }
 
 #[inline(always)]
-pub fn deterministic(warn_only: bool) -> Deterministic {
-    Deterministic::new().warn_only(warn_only)
+pub fn deterministic(warn_only: bool) -> Task<Deterministic> {
+    Task(Deterministic::new().warn_only(warn_only))
 }
 
 #[inline]
-pub fn matmul_precision(name: impl AsRef<str>) -> crate::MatmulPrecision {
-    crate::MatmulPrecision::new(name)
+pub fn matmul_precision(name: impl AsRef<str>) -> Task<crate::MatmulPrecision> {
+    Task(crate::MatmulPrecision::new(name))
 }
 
 #[inline(always)]
-pub fn tf32(allow: bool) -> crate::Tf32 {
-    crate::Tf32(allow)
+pub fn tf32(allow: bool) -> Task<crate::Tf32> {
+    Task(crate::Tf32(allow))
 }
 
 /// `cudnn(..)`: each flag written, in the row's order.
@@ -220,7 +227,7 @@ pub fn cudnn(
     benchmark: Option<bool>,
     deterministic: Option<bool>,
     allow_tf32: Option<bool>,
-) -> crate::Cudnn {
+) -> Task<crate::Cudnn> {
     let mut c = crate::Cudnn::new();
     for (v, set) in [
         (enabled, crate::Cudnn::enabled as fn(_, _) -> _),
@@ -232,12 +239,12 @@ pub fn cudnn(
             c = set(c, v);
         }
     }
-    c
+    Task(c)
 }
 
 #[inline(always)]
-pub fn sdpa<const N: usize>(backends: [SdpaBackend; N]) -> crate::Sdpa {
-    crate::Sdpa::only(backends)
+pub fn sdpa<const N: usize>(backends: [SdpaBackend; N]) -> Task<crate::Sdpa> {
+    Task(crate::Sdpa::only(backends))
 }
 
 /// `stream(s)`: a `Stream` or a reference to one.

@@ -63,8 +63,8 @@ impl Default for DetectAnomaly {
 }
 
 /// Holds the mode; the last guard of all those open (on any thread, in any
-/// order) puts back the mode found before the first. `Send`: the mode
-/// belongs to the process (see [process-wide words](crate#process-wide-words)).
+/// order) puts back the mode found before the first. Not `Send`: it is
+/// its thread's hold (see [process-wide words](crate#process-wide-words)).
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct AnomalyGuard {
@@ -150,3 +150,8 @@ pub fn anomaly_mode() -> Option<bool> {
     let (enabled, check_nan) = get();
     enabled.then_some(check_nan)
 }
+
+// SAFETY: its thread-bound part is its registry entry, which `Spanned`
+// steps off and onto threads around each poll (`suspend` / `resume`); the
+// rest is plain data.
+unsafe impl crate::process_wide::MovesWithTask for AnomalyGuard {}

@@ -110,7 +110,8 @@ impl Cudnn {
 /// open (on any thread, in any order) puts back the flag found before the
 /// first. Each flag is a setting of its own: `cudnn(benchmark = true)` on
 /// one thread and `cudnn(deterministic = true)` on another do not
-/// conflict. `Send` (see [process-wide words](crate#process-wide-words)).
+/// conflict. Not `Send`: it is its thread's hold (see
+/// [process-wide words](crate#process-wide-words)).
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct CudnnGuard {
@@ -244,3 +245,8 @@ impl CudnnGuard {
         self.allow_tf32.as_ref().map(d);
     }
 }
+
+// SAFETY: its thread-bound part is its registry entry, which `Spanned`
+// steps off and onto threads around each poll (`suspend` / `resume`); the
+// rest is plain data.
+unsafe impl crate::process_wide::MovesWithTask for CudnnGuard {}

@@ -49,8 +49,8 @@ impl Deterministic {
 }
 
 /// Holds the setting; the last guard of all those open (on any thread, in
-/// any order) puts back the setting found before the first. `Send`: the
-/// flag belongs to the process, not to a thread (see
+/// any order) puts back the setting found before the first. Not `Send`:
+/// it is its thread's hold (see
 /// [process-wide words](crate#process-wide-words)).
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
@@ -139,3 +139,8 @@ pub fn deterministic_mode() -> Option<bool> {
     let (enabled, warn_only) = get();
     enabled.then_some(warn_only)
 }
+
+// SAFETY: its thread-bound part is its registry entry, which `Spanned`
+// steps off and onto threads around each poll (`suspend` / `resume`); the
+// rest is plain data.
+unsafe impl crate::process_wide::MovesWithTask for DeterministicGuard {}

@@ -70,7 +70,7 @@ impl MatmulPrecision {
 pub struct Tf32(pub bool);
 
 /// Holds the precision; the last guard of all those open (on any thread,
-/// in any order) puts back the matmul state found before the first. `Send`
+/// in any order) puts back the matmul state found before the first. Not `Send`
 /// (see [process-wide words](crate#process-wide-words)). `tf32(true)` and
 /// `matmul_precision("high")` are the same value, and so are `tf32(false)`
 /// and `matmul_precision("highest")`: scopes of two threads spelling them
@@ -218,3 +218,8 @@ pub fn allow_tf32() -> bool {
     // SAFETY: no arguments; the shim catches every exception.
     unsafe { tch_scope_matmul_allow_tf32_get() }
 }
+
+// SAFETY: its thread-bound part is its registry entry, which `Spanned`
+// steps off and onto threads around each poll (`suspend` / `resume`); the
+// rest is plain data.
+unsafe impl crate::process_wide::MovesWithTask for MatmulPrecisionGuard {}

@@ -62,9 +62,15 @@ pub struct Seed(pub u64);
 /// Restores the generator states saved on entry. While it is open, a
 /// `seed` or `fork_rng` of another thread or task is refused (the default
 /// generators are one per device: the draws would interleave); within one
-/// thread (or task) they nest. `Send`: the generators belong to the
-/// process, and the guard may end on another thread than it began (a
-/// task's; see [process-wide words](crate#process-wide-words)).
+/// thread (or task) they nest. Not `Send`: it is its
+/// thread's hold; an async task's scope moves with the task (see
+/// [process-wide words](crate#process-wide-words)).
+///
+/// ```compile_fail
+/// fn send<T: Send>(_: T) {}
+/// let guard = tch_scope::Scope::enter(&mut tch_scope::Seed(1)).unwrap();
+/// send(guard); // a hold moved by hand would still count as this thread's
+/// ```
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct RngGuard {
@@ -336,3 +342,8 @@ impl Drop for RngGuard {
         }
     }
 }
+
+// SAFETY: its thread-bound part is its registry entry, which `Spanned`
+// steps off and onto threads around each poll (`suspend` / `resume`); the
+// rest is plain data.
+unsafe impl crate::process_wide::MovesWithTask for RngGuard {}

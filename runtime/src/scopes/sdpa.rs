@@ -78,8 +78,8 @@ impl Sdpa {
 }
 
 /// Holds the backends; the last guard of all those open (on any thread,
-/// in any order) puts back those enabled before the first. `Send`: the
-/// flags belong to the process (see
+/// in any order) puts back those enabled before the first. Not `Send`:
+/// it is its thread's hold (see
 /// [process-wide words](crate#process-wide-words)).
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
@@ -152,3 +152,8 @@ impl Scope for Sdpa {
         guard.held.resume();
     }
 }
+
+// SAFETY: its thread-bound part is its registry entry, which `Spanned`
+// steps off and onto threads around each poll (`suspend` / `resume`); the
+// rest is plain data.
+unsafe impl crate::process_wide::MovesWithTask for SdpaGuard {}

@@ -40,7 +40,7 @@ use crate::{Scope, ScopeError};
 pub struct Threads(pub usize);
 
 /// Holds the count; the last guard of all those open (on any thread, in
-/// any order) puts back the count found before the first. `Send` (see
+/// any order) puts back the count found before the first. Not `Send` (see
 /// [process-wide words](crate#process-wide-words)); see the
 /// [module docs](self) for the per-thread part of the count.
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
@@ -113,3 +113,8 @@ impl Scope for Threads {
         guard.held.resume();
     }
 }
+
+// SAFETY: its thread-bound part is its registry entry, which `Spanned`
+// steps off and onto threads around each poll (`suspend` / `resume`); the
+// rest is plain data.
+unsafe impl crate::process_wide::MovesWithTask for ThreadsGuard {}

@@ -270,12 +270,23 @@ where
         let ticket = models::enter(self.model, id, self.training)
             .map_err(|e| ScopeError::new(self.word(), None, e))?;
         Ok(ModeGuard {
+            _not_send: crate::PhantomNotSend::NEW,
             model: self.model,
             id,
             ticket,
             restore: models::restore::<T>,
             word: self.word(),
         })
+    }
+
+    /// A task holding the scope suspends: its entry is active on no thread.
+    fn suspend(guard: &mut ModeGuard<'a, T>) {
+        models::step(guard.id, guard.ticket, 0);
+    }
+
+    /// The task is polled on this thread: its entry is active here.
+    fn resume(guard: &mut ModeGuard<'a, T>) {
+        models::step(guard.id, guard.ticket, crate::process_wide::me());
     }
 }
 
@@ -298,6 +309,8 @@ where
 /// ```
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 pub struct ModeGuard<'a, T: Trainable + ?Sized> {
+    /// Its thread's hold on the model's mode (see `process_wide::Held`).
+    _not_send: crate::PhantomNotSend,
     model: &'a T,
     id: usize,
     ticket: u64,
@@ -348,7 +361,10 @@ mod models {
         ticket: u64,
         holder: u64,
         training: bool,
+        /// The thread that entered it, or that polled its task last.
         thread: u64,
+        /// The thread it is active on (0: a suspended task's).
+        active_on: u64,
     }
 
     struct Model {
@@ -424,6 +440,7 @@ mod models {
                     holder: 1,
                     training,
                     thread: me_id,
+                    active_on: me_id,
                 }],
                 next: 2,
                 served: 0,
@@ -442,7 +459,7 @@ mod models {
             .open
             .iter()
             .rev()
-            .find(|o| o.thread == me_id)
+            .find(|o| o.active_on == me_id)
             .map_or(ticket, |o| o.holder);
         if let Some(o) = m
             .open
@@ -466,8 +483,24 @@ mod models {
             holder,
             training,
             thread: me_id,
+            active_on: me_id,
         });
         Ok(ticket)
+    }
+
+    /// Moves the entry of `ticket` onto the thread `to` (0: none).
+    pub(super) fn step(id: usize, ticket: u64, to: u64) {
+        let mut models = stripe(id);
+        let open = models
+            .iter_mut()
+            .find(|m| m.id == id)
+            .and_then(|m| m.open.iter_mut().find(|o| o.ticket == ticket));
+        if let Some(o) = open {
+            o.active_on = to;
+            if to != 0 {
+                o.thread = to;
+            }
+        }
     }
 
     pub(super) type Restore<T> = fn(&T, Box<dyn Any + Send>) -> Result<(), TchError>;
@@ -591,3 +624,8 @@ where
 {
     models::unserve(model, model.model_id(), models::restore::<T>)
 }
+
+// SAFETY: its thread-bound part is its entry's thread in the model's
+// registry record, which is what a `Spanned` future moving it steps with
+// it; the model is shared by reference, so it must be `Sync`.
+unsafe impl<T: Trainable + Sync + ?Sized> crate::process_wide::MovesWithTask for ModeGuard<'_, T> {}
