@@ -21,7 +21,9 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::sync::lock;
 
 /// A temporary path next to `path`: `.NAME.PID.N.tmp.EXT`, `N` a counter
 /// of the process, so two writers of one path (two threads, two scopes)
@@ -73,7 +75,7 @@ static ORDERS: Mutex<Option<HashMap<PathBuf, Order>>> = Mutex::new(None);
 fn orders() -> MutexGuard<'static, Option<HashMap<PathBuf, Order>>> {
     // The map stays consistent between statements: a poisoned lock (a
     // panic elsewhere while holding it) changes nothing here.
-    ORDERS.lock().unwrap_or_else(PoisonError::into_inner)
+    lock(&ORDERS)
 }
 
 /// A save's place among the saves to one destination, taken when the save

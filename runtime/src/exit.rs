@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 
 /// A scope that could not put everything back when it was left: which
 /// scope, and why. Guards hand it to the hook set with [`set_exit_hook`]
@@ -181,7 +181,7 @@ static REPORTED: AtomicU64 = AtomicU64::new(0);
 /// tch_scope::reset_exit_hook();
 /// ```
 pub fn set_exit_hook(hook: impl Fn(&ExitError) + Send + Sync + 'static) {
-    *HOOK.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(hook));
+    *crate::sync::write(&HOOK) = Some(Arc::new(hook));
 }
 
 /// Puts the default exit hook back (one line on stderr).
@@ -191,7 +191,7 @@ pub fn set_exit_hook(hook: impl Fn(&ExitError) + Send + Sync + 'static) {
 /// tch_scope::reset_exit_hook();
 /// ```
 pub fn reset_exit_hook() {
-    *HOOK.write().unwrap_or_else(PoisonError::into_inner) = None;
+    *crate::sync::write(&HOOK) = None;
 }
 
 /// How many exit errors this process has reported so far (to any hook).
@@ -238,7 +238,7 @@ fn report_error(error: ExitError) {
 
 pub(crate) fn to_hook(error: &ExitError) {
     REPORTED.fetch_add(1, Ordering::Relaxed);
-    let hook = HOOK.read().unwrap_or_else(PoisonError::into_inner).clone();
+    let hook = crate::sync::read(&HOOK).clone();
     match hook {
         Some(hook) => {
             if catch_unwind(AssertUnwindSafe(|| hook(error))).is_err() {

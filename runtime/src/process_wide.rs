@@ -36,10 +36,11 @@
 //! nested in it.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 
 use crate::ScopeError;
+use crate::lease::{Leases, Left, me};
+use crate::sync::lock;
 
 /// A process-wide setting with a registry.
 pub(crate) trait Setting: 'static {
@@ -69,87 +70,6 @@ pub(crate) trait Setting: 'static {
     fn restore(saved: &Self::Saved) -> Result<(), String>;
 }
 
-static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
-
-/// The names of the threads that have used a setting, by their id here,
-/// for messages; a thread's entry goes when it ends.
-static LABELS: Mutex<Vec<(u64, Arc<str>)>> = Mutex::new(Vec::new());
-
-/// This thread, as entries record it: an id (never 0), its label kept in
-/// `LABELS` until the thread ends.
-struct Me {
-    id: u64,
-}
-
-impl Me {
-    fn new() -> Self {
-        let id = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
-        let t = std::thread::current();
-        let label: Arc<str> = match t.name() {
-            Some(name) => name.into(),
-            // `ThreadId(5)` → `5`.
-            None => format!("{:?}", t.id())
-                .trim_start_matches("ThreadId(")
-                .trim_end_matches(')')
-                .into(),
-        };
-        LABELS
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((id, label));
-        Me { id }
-    }
-}
-
-impl Drop for Me {
-    fn drop(&mut self) {
-        let mut labels = LABELS.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(i) = labels.iter().position(|(id, _)| *id == self.id) {
-            labels.swap_remove(i);
-        }
-    }
-}
-
-thread_local! {
-    static ME: Me = Me::new();
-}
-
-/// This thread's id for entries (0 if the thread is ending).
-pub(crate) fn me() -> u64 {
-    ME.try_with(|m| m.id).unwrap_or(0)
-}
-
-/// "thread worker-2", or what is known of a thread that has ended.
-pub(crate) fn thread_label(id: u64) -> String {
-    let labels = LABELS.lock().unwrap_or_else(PoisonError::into_inner);
-    match labels.iter().find(|(i, _)| *i == id) {
-        Some((_, label)) => format!("thread {label}"),
-        None => "a thread that has ended".to_owned(),
-    }
-}
-
-struct Entry<V> {
-    id: u64,
-    holder: u64,
-    value: V,
-    /// The thread it is active on (0: none, a suspended future's).
-    active_on: u64,
-    /// The thread that entered it, or that polled its future last.
-    thread: u64,
-}
-
-struct State<S: Setting> {
-    saved: Option<S::Saved>,
-    entries: Vec<Entry<S::Value>>,
-    /// Ticket ids; a new holder is named by its first ticket's id.
-    next: u64,
-}
-
-/// The open scopes of one setting; see the [module docs](self).
-pub(crate) struct Registry<S: Setting> {
-    state: Mutex<State<S>>,
-}
-
 /// One open scope of a setting: removed, and the setting applied again,
 /// by [`Registry::leave`]. Knows nothing of the thread: a guard holding it
 /// may be dropped on any thread.
@@ -158,67 +78,48 @@ pub(crate) struct Ticket {
     id: u64,
 }
 
+/// The open scopes of one setting; see the [module docs](self).
+pub(crate) struct Registry<S: Setting> {
+    leases: Mutex<Leases<S::Value, S::Saved>>,
+}
+
 impl<S: Setting> Registry<S> {
     pub(crate) const fn new() -> Self {
         Self {
-            state: Mutex::new(State {
-                saved: None,
-                entries: Vec::new(),
-                next: 1,
-            }),
+            leases: Mutex::new(Leases::new()),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<S>> {
-        // A panic inside never leaves the state half-changed (every write
-        // to it is a push, a remove or an assignment).
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Opens a scope asking for `value`. `scope` names the word for an
-    /// error of libtorch's.
+    /// Opens a scope asking for `value`.
     ///
     /// # Errors
     /// Another holder has a different value open, or libtorch refused.
     pub(crate) fn enter(&self, value: S::Value) -> Result<Ticket, ScopeError> {
         let me_id = me();
-        let mut st = self.lock();
-        let id = st.next;
-        let holder = st
-            .entries
-            .iter()
-            .rev()
-            .find(|e| e.active_on == me_id)
-            .map_or(id, |e| e.holder);
-        if let Some(other) = st
-            .entries
-            .iter()
-            .rev()
-            .find(|e| e.holder != holder && !S::same(&e.value, &value))
-        {
-            return Err(conflict::<S>(&value, other, me_id));
+        let mut leases = lock(&self.leases);
+        let holder = leases.holder(me_id);
+        if let Some(other) = leases.conflict(holder, &value, S::same) {
+            let (mine, theirs) = (S::describe(&value), S::describe(&other.value));
+            let by = other.holder_name(me_id);
+            return Err(ScopeError::new(
+                mine.clone(),
+                None,
+                format!("{mine} conflicts with {theirs} held by {by}"),
+            ));
         }
-        let in_force = st.entries.last().map(|e| &e.value);
-        if in_force.is_none_or(|v| !S::same(v, &value)) {
-            if st.saved.is_none() {
-                st.saved =
-                    Some(S::save().map_err(|e| ScopeError::new(S::describe(&value), None, e))?);
+        if leases.in_force().is_none_or(|v| !S::same(v, &value)) {
+            if leases.saved.is_none() {
+                let saved = S::save().map_err(|e| ScopeError::new(S::describe(&value), None, e))?;
+                leases.saved = Some(saved);
             }
             if let Err(e) = S::set(&value) {
-                if st.entries.is_empty() {
-                    st.saved = None;
+                if leases.is_empty() {
+                    leases.saved = None;
                 }
                 return Err(ScopeError::new(S::describe(&value), None, e));
             }
         }
-        st.next += 1;
-        st.entries.push(Entry {
-            id,
-            holder,
-            value,
-            active_on: me_id,
-            thread: me_id,
-        });
+        let id = leases.push(holder, value, me_id);
         Ok(Ticket { id })
     }
 
@@ -229,19 +130,11 @@ impl<S: Setting> Registry<S> {
     /// # Errors
     /// libtorch refused to apply it (the entry is gone anyway).
     pub(crate) fn leave(&self, ticket: &Ticket) -> Result<(), String> {
-        let mut st = self.lock();
-        let Some(i) = st.entries.iter().rposition(|e| e.id == ticket.id) else {
-            return Ok(());
-        };
-        let was_newest = i + 1 == st.entries.len();
-        let gone = st.entries.remove(i);
-        if !was_newest {
-            return Ok(());
-        }
-        match st.entries.last() {
-            Some(e) if S::same(&e.value, &gone.value) => Ok(()),
-            Some(e) => S::set(&e.value),
-            None => match st.saved.take() {
+        let mut leases = lock(&self.leases);
+        match leases.leave(ticket.id, S::same) {
+            Left::Nothing => Ok(()),
+            Left::Value(v) => S::set(v),
+            Left::Last => match leases.saved.take() {
                 Some(saved) => S::restore(&saved),
                 None => Ok(()),
             },
@@ -251,58 +144,13 @@ impl<S: Setting> Registry<S> {
     /// The future holding `ticket` suspended: its entry is active on no
     /// thread.
     pub(crate) fn suspend(&self, ticket: &Ticket) {
-        let mut st = self.lock();
-        if let Some(e) = st.entries.iter_mut().rev().find(|e| e.id == ticket.id) {
-            e.active_on = 0;
-        }
+        lock(&self.leases).step(ticket.id, 0);
     }
 
     /// The future holding `ticket` is polled on this thread.
     pub(crate) fn resume(&self, ticket: &Ticket) {
         let me_id = me();
-        let mut st = self.lock();
-        if let Some(e) = st.entries.iter_mut().rev().find(|e| e.id == ticket.id) {
-            e.active_on = me_id;
-            e.thread = me_id;
-        }
-    }
-}
-
-/// `matmul_precision("medium") conflicts with matmul_precision("high")
-/// held by thread worker-2`.
-fn conflict<S: Setting>(value: &S::Value, other: &Entry<S::Value>, me_id: u64) -> ScopeError {
-    let mine = S::describe(value);
-    let theirs = S::describe(&other.value);
-    let thread = thread_label(other.thread);
-    let by = Holder {
-        thread: &thread,
-        suspended: other.active_on == 0,
-        here: other.active_on == me_id,
-    };
-    ScopeError::new(
-        mine.clone(),
-        None,
-        format!("{mine} conflicts with {theirs} held by {by}"),
-    )
-}
-
-struct Holder<'a> {
-    thread: &'a str,
-    suspended: bool,
-    here: bool,
-}
-
-impl fmt::Display for Holder<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.suspended {
-            write!(f, "a task last polled on {}", self.thread)
-        } else if self.here {
-            // Another task's entry, active on this thread: only a guard
-            // held by hand across an `.await` gets here.
-            write!(f, "another holder on this thread ({})", self.thread)
-        } else {
-            f.write_str(self.thread)
-        }
+        lock(&self.leases).step(ticket.id, me_id);
     }
 }
 

@@ -20,9 +20,7 @@ pub(crate) struct Pending {
 static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
 
 fn pending() -> std::sync::MutexGuard<'static, Vec<Pending>> {
-    PENDING
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    crate::sync::lock(&PENDING)
 }
 
 /// Queues a run, then records the runs already done (without waiting).

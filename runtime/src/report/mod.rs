@@ -95,7 +95,7 @@ static CALLBACK: RwLock<Option<Callback>> = RwLock::new(None);
 /// tch_scope::report::clear_callback();
 /// ```
 pub fn set_callback(f: impl Fn(&Measurement) + Send + Sync + 'static) {
-    *CALLBACK.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(f));
+    *crate::sync::write(&CALLBACK) = Some(Arc::new(f));
     HAS_CALLBACK.store(true, Ordering::Release);
 }
 
@@ -106,7 +106,7 @@ pub fn set_callback(f: impl Fn(&Measurement) + Send + Sync + 'static) {
 /// ```
 pub fn clear_callback() {
     HAS_CALLBACK.store(false, Ordering::Release);
-    *CALLBACK.write().unwrap_or_else(|e| e.into_inner()) = None;
+    *crate::sync::write(&CALLBACK) = None;
 }
 
 /// Hands `m` to tracing and the callback (registry updates are the
@@ -123,7 +123,7 @@ pub(crate) fn publish(m: impl FnOnce() -> Measurement) {
 fn hand_out(m: &Measurement) {
     #[cfg(feature = "tracing")]
     trace(m);
-    let cb = CALLBACK.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let cb = crate::sync::read(&CALLBACK).clone();
     if let Some(cb) = cb {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(m)));
     }

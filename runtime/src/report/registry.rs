@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use super::Outcome;
 use super::names::{self, OTHER};
@@ -44,11 +44,7 @@ static OTHER_SITE: Site = Site {
     id: AtomicUsize::new(OTHER_ID + 1),
 };
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks leaves plain counters
-    // behind, still consistent enough to report: ignore the poison.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+pub(crate) use crate::sync::lock;
 
 impl Site {
     /// A site recording under `name`.

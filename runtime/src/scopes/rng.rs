@@ -15,10 +15,11 @@
 //! [process-wide words](crate#process-wide-words)).
 
 use std::ffi::c_void;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 
 use crate::process_wide::{self, Held, Registry};
+use crate::sync::lock;
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
@@ -167,9 +168,7 @@ fn save(
     ffi::check(unsafe { tch_scope_rng_save(list, n, &mut state) })
         .map_err(|e| ScopeError::new(scope, None, e))?;
     let slot = NEXT_SLOT.fetch_add(1, Ordering::Relaxed);
-    OPEN.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push((slot, SavedState(state)));
+    lock(&OPEN).push((slot, SavedState(state)));
     Ok(RngGuard { slot, scope, held })
 }
 
@@ -316,7 +315,7 @@ impl Scope for ForkDevices {
 
 impl Drop for RngGuard {
     fn drop(&mut self) {
-        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut open = lock(&OPEN);
         let Some(i) = open.iter().position(|(slot, _)| *slot == self.slot) else {
             return;
         };

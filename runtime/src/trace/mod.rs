@@ -74,9 +74,10 @@
 mod budget;
 mod buffer;
 mod chrome;
+mod marks;
+mod names;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -84,6 +85,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use buffer::{Buffer, SLOT_BYTES};
 pub(crate) use buffer::{Kind, SpanRecord};
+pub use marks::mark;
+pub(crate) use marks::{FlowStart, flow_end, flow_start};
+pub(crate) use names::intern;
 
 use crate::report::lock;
 
@@ -452,72 +456,6 @@ fn renew(l: &mut Local) {
     l.buffer = Some(b);
 }
 
-/// Writes an instant event named `name` on this thread's track (a
-/// `"ph": "i"` marker: an epoch, a step, a checkpoint), if a recording is
-/// running; otherwise does nothing. Names are kept for the life of the
-/// process (one copy each): use a bounded set of names, such as
-/// `"epoch"`, not `format!("epoch {i}")` per step.
-///
-/// ```
-/// tch_scope::trace::start();
-/// tch_scope::trace::mark("epoch");
-/// tch_scope::trace::stop();
-/// let path = std::env::temp_dir().join(format!("doc-mark-{}.json", std::process::id()));
-/// tch_scope::trace::write_chrome(&path).unwrap();
-/// let json = std::fs::read_to_string(&path).unwrap();
-/// assert!(json.contains(r#""name":"epoch","cat":"mark","ph":"i""#));
-/// # std::fs::remove_file(&path).unwrap();
-/// ```
-pub fn mark(name: &str) {
-    if !recording() {
-        return;
-    }
-    let now = crate::clock::now();
-    push(&SpanRecord {
-        kind: Kind::Mark,
-        name: intern(name),
-        start: now,
-        end: now,
-        outcome: crate::report::Outcome::Completed,
-        bytes: [0; 4],
-    });
-}
-
-/// Where and when a [`Context`](crate::Context) was captured while the
-/// trace recorded: the start of a flow to the threads that enter it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FlowStart {
-    at: u64,
-    tid: u64,
-}
-
-/// The start of a flow from this thread, now, if a recording is running.
-pub(crate) fn flow_start() -> Option<FlowStart> {
-    recording().then(|| FlowStart {
-        at: crate::clock::now(),
-        tid: this_tid(),
-    })
-}
-
-/// Records a flow from `from` to this thread, now (a captured context
-/// entered here).
-pub(crate) fn flow_end(from: FlowStart) {
-    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    static NAME: &str = "with(context)";
-    if !recording() {
-        return;
-    }
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    push(&SpanRecord {
-        kind: Kind::Flow,
-        name: &NAME,
-        start: from.at,
-        end: crate::clock::now(),
-        outcome: crate::report::Outcome::Completed,
-        bytes: [from.tid, id, 0, 0],
-    });
-}
-
 /// The OS thread id, as the trace shows it (read once per thread).
 pub(crate) fn this_tid() -> u64 {
     thread_local! {
@@ -527,54 +465,4 @@ pub(crate) fn this_tid() -> u64 {
         };
     }
     TID.try_with(|t| *t).unwrap_or(0)
-}
-
-/// A name as one word: the same `&'static &'static str` for equal names,
-/// made once, for spans without a static name of their own (`record`,
-/// `mark`, memory scopes named at run time).
-///
-/// Bounded like the report's rows: past
-/// [`name_limit`](crate::report::name_limit) distinct names, a new name is
-/// written as [`OTHER`](crate::report::OTHER) (`"other"`), so names minted
-/// per request cannot grow the process without end. Each thread looks its
-/// names up in a cache of its own first: the global lock is taken once per
-/// name and thread, not per span.
-pub(crate) fn intern(name: &str) -> &'static &'static str {
-    /// Names a thread has looked up; cleared when it grows past twice the
-    /// bound, so a thread minting names keeps a bounded cache.
-    type Cache = RefCell<HashMap<Box<str>, &'static &'static str>>;
-    thread_local! {
-        static CACHE: Cache = RefCell::new(HashMap::new());
-    }
-    if let Ok(Some(n)) = CACHE.try_with(|c| c.borrow().get(name).copied()) {
-        return n;
-    }
-    let n = intern_shared(name);
-    let _ = CACHE.try_with(|c| {
-        let mut c = c.borrow_mut();
-        if c.len() >= 2 * crate::report::name_limit().max(64) {
-            c.clear();
-        }
-        c.insert(name.into(), n);
-    });
-    n
-}
-
-/// The process's names, under one lock: found, made (within the bound),
-/// or `other`.
-fn intern_shared(name: &str) -> &'static &'static str {
-    static NAMES: Mutex<Option<HashMap<&'static str, &'static &'static str>>> = Mutex::new(None);
-    static OTHER: &str = crate::report::OTHER;
-    let mut map = lock(&NAMES);
-    let map = map.get_or_insert_with(HashMap::new);
-    if let Some(n) = map.get(name) {
-        return n;
-    }
-    if map.len() >= crate::report::name_limit() {
-        return &OTHER;
-    }
-    let s: &'static str = Box::leak(name.to_owned().into_boxed_str());
-    let n: &'static &'static str = Box::leak(Box::new(s));
-    map.insert(s, n);
-    n
 }
