@@ -23,14 +23,16 @@ libtorch:
 # so torch-sys and the shim are built once for demo, test and lint alike.
 demo: libtorch
 	$(CARGO) build --workspace --examples
-	$(CARGO) run -p examples --example demo
+	$(or $(CARGO_TARGET_DIR),target)/debug/examples/demo
 
-# tests/serve.rs runs examples/serve and examples/load as processes (the
-# first line builds them with everything else) and fetches promtool with
+# tests/serve.rs runs examples/serve and examples/load as processes from
+# target/debug/examples/ (only `cargo build` puts them there: the first
+# line) and fetches promtool with
 # scripts/bootstrap-promtool.sh (no root needed), or skips that check
 # saying why. Each phase prints its time (docs/testing.md).
 test: libtorch
-	@bash scripts/phase.sh build $(CARGO) test --workspace --all-targets --no-run
+	@bash scripts/phase.sh build $(CARGO) build --workspace --examples
+	@bash scripts/phase.sh build-tests $(CARGO) test --workspace --all-targets --no-run
 	@bash scripts/phase.sh tests $(CARGO) test --workspace --all-targets
 	@bash scripts/phase.sh doctests $(CARGO) test --workspace --doc
 	@bash scripts/phase.sh linkage bash scripts/check-linkage.sh

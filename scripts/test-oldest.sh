@@ -21,6 +21,9 @@ say() { printf 'test-oldest: %s\n' "$*" >&2; }
 source "$repo/scripts/oldest-tree.sh"
 exclude=(--exclude ui-tests)
 [ "${OLDEST_UI:-0}" = 1 ] && exclude=()
+# tests/serve.rs runs the examples from target/.../examples/, where only
+# `cargo build` puts them (same features as the tests: nothing is rebuilt).
+"$cargo" build --workspace "${exclude[@]}" --examples
 "$cargo" test --workspace "${exclude[@]}" --all-targets
 "$cargo" test --workspace "${exclude[@]}" --doc
 bash scripts/check-linkage.sh

@@ -55,7 +55,8 @@ fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> std::process::
 /// `serve` and `load` beside this test's binary (`target/<profile>/examples/`).
 /// `cargo test` holds the artifact directory's lock while tests run, so a
 /// nested `cargo build` would wait forever: `make test` builds them first
-/// (`cargo test --all-targets` does too).
+/// (`cargo build --workspace --examples`; `cargo test --all-targets` builds
+/// them too but leaves them under hashed names only).
 fn bins() -> &'static HashMap<String, PathBuf> {
     static BINS: OnceLock<HashMap<String, PathBuf>> = OnceLock::new();
     BINS.get_or_init(|| {
