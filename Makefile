@@ -111,14 +111,14 @@ fmt:
 bench: libtorch
 	CARGO="$(CARGO)" bash scripts/bench/run.sh
 
-# Long uptimes (issue 26), not part of `make test`: 8 threads x 10M timed
+# Long uptimes, not part of `make test`: 8 threads x 10M timed
 # runs over 100 names (resident memory must grow < 1 MiB), then 100 000
 # run-time names, and report() over 100 000 rows; writes docs/soak.md.
 SOAK_RUNS ?= 10000000
 soak: libtorch
 	SOAK_RUNS=$(SOAK_RUNS) $(CARGO) bench -p tch-scope --bench soak -- --write $(abspath docs/soak.md)
 
-# Hardening (issue 10). `make test` runs these at CI size: 10 000 fuzz
+# Hardening. `make test` runs these at CI size: 10 000 fuzz
 # cases, 8 threads x 100 000 scopes (sync and async).
 FUZZ_CASES ?= 1000000
 STRESS_SCOPES ?= 1000000

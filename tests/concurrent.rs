@@ -1,4 +1,4 @@
-//! Process-wide words from many threads and tasks at once (issue 25): the
+//! Process-wide words from many threads and tasks at once: the
 //! interleaving T1 in, T2 in, T1 out, T2 out for every word, with equal
 //! values (shared, the original back after both) and with different ones
 //! (the second refused, naming both values and the first's thread); `seed`

@@ -9,6 +9,12 @@ fn can_fail<S: Scope>(_: &S) -> bool {
     <S::Error as EntryError>::CAN_FAIL
 }
 
+/// `stream(s)`'s scope is a `cuda::Stream`, which needs CUDA to be made:
+/// its type alone answers.
+fn stream_can_fail() -> bool {
+    <<tch_scope::cuda::Stream as Scope>::Error as EntryError>::CAN_FAIL
+}
+
 const README: &str = include_str!("../README.md");
 
 /// The README's "entry" cell of the row that starts with `` `word``.
@@ -29,7 +35,7 @@ fn each_word_s_type_can_fail_as_the_readme_says() {
     let model = tch_scope::WithMode::new(tch::nn::func(|x| x.shallow_clone()));
     let vs = tch::nn::VarStore::new(tch::Device::Cpu);
     let site: &'static p::Site = Box::leak(Box::new(p::Site::new("entry_errors")));
-    let words: [(&str, bool); 21] = [
+    let words: [(&str, bool); 27] = [
         ("no_grad", can_fail(&p::no_grad())),
         ("enable_grad", can_fail(&p::enable_grad())),
         ("grad", can_fail(&p::grad(true))),
@@ -57,6 +63,16 @@ fn each_word_s_type_can_fail_as_the_readme_says() {
         ),
         ("detect_anomaly", can_fail(&p::detect_anomaly(true))),
         ("deterministic", can_fail(&p::deterministic(false))),
+        ("matmul_precision", can_fail(&p::matmul_precision("high"))),
+        ("tf32", can_fail(&p::tf32(true))),
+        ("cudnn", can_fail(&p::cudnn(None, Some(true), None, None))),
+        ("sdpa", can_fail(&p::sdpa([p::SdpaBackend::Math]))),
+        (
+            "deadline",
+            can_fail(&p::deadline(std::time::Duration::from_secs(1))),
+        ),
+        // Without CUDA no stream can be made; the type says it all.
+        ("stream", stream_can_fail()),
     ];
     for (word, fails) in words {
         assert_eq!(fails, documented(word), "`{word}`");

@@ -514,7 +514,7 @@ fn threads_changes_what_another_thread_sees() {
     assert_eq!(other, 1, "a thread spawned inside sees the scope's count");
 }
 
-// ---- exit failures reach the caller (issue 25) ----------------------------------
+// ---- exit failures reach the caller -----------------------------------
 
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("tch-scope-exit-{}-{name}", std::process::id()));

@@ -1,4 +1,4 @@
-//! A request's scopes on another thread (issue 24, item 4): a `Context`
+//! A request's scopes on another thread: a `Context`
 //! captured where the request arrives and entered with `with(ctx)` on a
 //! worker fed by a channel, as a serving pool does; deadlines as instants
 //! (`deadline(until = t)`, `Deadline::until`).

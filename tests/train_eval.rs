@@ -303,7 +303,7 @@ fn a_failed_switch_is_a_scope_error_and_restores() {
     assert!(Mode::train(&model).enter().is_err());
 }
 
-// ---- models shared between threads (issue 25) ------------------------------
+// ---- models shared between threads -------------------------------
 
 /// Two threads hold `eval` on one `Arc<CModule>`; the first in leaves
 /// first: the model stays in eval mode until the second leaves, then all

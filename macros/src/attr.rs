@@ -13,8 +13,9 @@ use syn::{Attribute, LitStr, Signature, Token, Visibility};
 use crate::ast::{self, End, Item};
 use crate::errors::Errors;
 use crate::expand;
+use crate::expand::cx::{Cx, DefaultName};
 use crate::valid;
-use crate::word::{Cx, DefaultName, Word};
+use crate::word::Word;
 use crate::words;
 
 /// What users write for the list attribute: tch-scope re-exports it as
@@ -144,22 +145,21 @@ pub(crate) fn attr_tokens(
     };
     let bare = items_are_bare(attr, &items);
     let func = (|input: ParseStream| parse_fn(input, attr, bare)).parse2(item);
-    // A function's measurements are named `module::path::function`, a
-    // method's `module::path::Type::method`.
-    let fn_name = func.as_ref().ok().map(|f| {
-        if f.sig.receiver().is_some() {
-            return DefaultName::Method(f.sig.ident.clone());
-        }
-        let suffix = format!("::{}", f.sig.ident);
-        DefaultName::Function(quote!(::core::concat!(::core::module_path!(), #suffix)))
-    });
-    let cx = Cx::new(runtime_path(path), fn_name);
-    let scopes = valid::validate(items, &cx, &mut errors);
+    let scopes = valid::validate(items, &mut errors);
     let func = match func {
         Ok(func) => func,
         Err(e) => return Err(errors.and(e)),
     };
     errors.finish()?;
+    // A function's measurements are named `module::path::function`, a
+    // method's `module::path::Type::method`.
+    let fn_name = if func.sig.receiver().is_some() {
+        DefaultName::Method(func.sig.ident.clone())
+    } else {
+        let suffix = format!("::{}", func.sig.ident);
+        DefaultName::Function(quote!(::core::concat!(::core::module_path!(), #suffix)))
+    };
+    let cx = Cx::new(runtime_path(path), Some(fn_name));
     let Func {
         attrs,
         vis,

@@ -9,9 +9,9 @@ use syn::{Expr, Token};
 use crate::ast::{self, End};
 use crate::body;
 use crate::errors::Errors;
+use crate::expand::cx::Cx;
 use crate::expand::{self, Flavor};
 use crate::valid::{self, Scope};
-use crate::word::Cx;
 
 /// `scoped_impl!`/`try_scoped_impl!`: `RT ; LIST => BODY`. Never panics;
 /// mistakes become `compile_error!`s.
@@ -25,8 +25,8 @@ pub(crate) fn scoped_macro(flavor: Flavor, input: TokenStream) -> TokenStream {
 
 pub(crate) fn scoped_tokens(flavor: Flavor, input: TokenStream) -> syn::Result<TokenStream> {
     let (rt, rest) = split_rt(input)?;
+    let (scopes, body) = (|input: ParseStream| parse_scoped(input, flavor)).parse2(rest)?;
     let cx = Cx::new(rt, None);
-    let (scopes, body) = (|input: ParseStream| parse_scoped(input, &cx, flavor)).parse2(rest)?;
     let (expr, mut tokens) = body;
     if leads_with_block(&expr) {
         // `{ a } == { b }` is one expression here, but as the tail of the
@@ -100,12 +100,12 @@ fn split_rt(input: TokenStream) -> syn::Result<(TokenStream, TokenStream)> {
 
 type Body = (Expr, TokenStream);
 
-fn parse_scoped(input: ParseStream, cx: &Cx, flavor: Flavor) -> syn::Result<(Vec<Scope>, Body)> {
+fn parse_scoped(input: ParseStream, flavor: Flavor) -> syn::Result<(Vec<Scope>, Body)> {
     let name = flavor.name();
     let mut errors = Errors::default();
     let items = ast::parse_list(input, End::Arrow, &mut errors);
     let (empty, last) = (items.is_empty(), items.last().map(|i| i.name.span()));
-    let scopes = valid::validate(items, cx, &mut errors);
+    let scopes = valid::validate(items, &mut errors);
     let Some(arrow) = input.parse::<Option<Token![=>]>>()? else {
         return Err(errors.or(syn::Error::new(
             last.unwrap_or_else(Span::call_site),
@@ -127,11 +127,11 @@ fn parse_scoped(input: ParseStream, cx: &Cx, flavor: Flavor) -> syn::Result<(Vec
         for (span, keyword) in body::escapes(&expr) {
             errors.push(syn::Error::new(span, escape_message(name, keyword)));
         }
-    } else if let Some(word) = scopes.iter().find(|s| s.word.catches) {
+    } else if let Some(word) = scopes.iter().map(Scope::word).find(|w| w.catches) {
         for (span, keyword) in body::escapes(&expr) {
             errors.push(syn::Error::new(
                 span,
-                catch_message(name, word.word.name, keyword),
+                catch_message(name, word.name, keyword),
             ));
         }
     }

@@ -1,29 +1,42 @@
 //! Turns parsed items into checked scopes, reporting every mistake (each on
 //! its token, each saying what to write instead) rather than the first.
-//! What is checked per word is the word's own row (`words/`); what is
-//! checked here is the list: unknown words, features, repeats, conflicts.
+//! What is checked per word is the word's own row (`words/`: its arguments
+//! read by `forms::read`, then its `check`); what is checked here is the
+//! list: unknown words, features, repeats, conflicts. Nothing here builds
+//! tokens: a scope's value is built at expansion, by its row's `build`.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::Span;
 use syn::Expr;
 use syn::ext::IdentExt;
 
-use crate::ast::{Arg, Item};
+use crate::ast::Item;
 use crate::errors::Errors;
-use crate::word::{Conflict, Cx, Word};
-use crate::words;
+use crate::word::{Checked, Conflict, Word};
+use crate::words::{self, forms};
 
-/// A checked list item.
+/// A checked list item: what expansion builds its scope from.
 pub(crate) struct Scope {
-    pub(crate) word: &'static Word,
-    /// The word's name as written: expansions carry it so that rustc's
-    /// errors about the scope point there.
-    pub(crate) span: Span,
-    /// The scope value: a call into the runtime.
-    pub(crate) value: TokenStream,
+    /// The word and its arguments, read and checked.
+    pub(crate) checked: Checked,
     pub(crate) cond: Option<Expr>,
 }
 
-pub(crate) fn validate(items: Vec<Item>, cx: &Cx, errors: &mut Errors) -> Vec<Scope> {
+impl Scope {
+    pub(crate) fn word(&self) -> &'static Word {
+        self.checked.word
+    }
+
+    /// The word's name as written: expansions carry it so that rustc's
+    /// errors about the scope point there.
+    pub(crate) fn span(&self) -> Span {
+        self.checked.span
+    }
+}
+
+/// Checks every item, pushing every mistake to `errors`: a word's own
+/// (its arguments, read by `forms::read`, then its row's `check`) and the
+/// list's. An item with a mistake yields no scope.
+pub(crate) fn validate(items: Vec<Item>, errors: &mut Errors) -> Vec<Scope> {
     let mut seen: Vec<Seen> = Vec::new();
     let mut scopes = Vec::new();
     for item in items {
@@ -42,23 +55,29 @@ pub(crate) fn validate(items: Vec<Item>, cx: &Cx, errors: &mut Errors) -> Vec<Sc
             ));
             continue;
         }
+        // The word's own mistakes, then the list's (at its name, reported
+        // first since the name comes first).
+        let mut own = Errors::default();
+        let checked = forms::read(word, &item, &mut own);
+        (word.check)(&checked, &mut own);
         let seen_here = Seen {
             word,
-            target: target(word, &item),
+            target: target(&checked),
         };
-        if let Some(e) = conflict(&seen_here, &seen, &item) {
-            errors.push(e);
-            continue;
+        let conflict = conflict(&seen_here, &seen, &item);
+        let ok = own.is_empty() && conflict.is_none();
+        match conflict {
+            Some(e) => errors.push(e),
+            None => seen.push(seen_here),
         }
-        seen.push(seen_here);
-        match (word.check)(word, &item, cx) {
-            Ok(value) => scopes.push(Scope {
-                word,
-                span: item.name.span(),
-                value,
+        if let Err(e) = own.finish() {
+            errors.push(e);
+        }
+        if ok {
+            scopes.push(Scope {
+                checked,
                 cond: item.cond,
-            }),
-            Err(e) => errors.push(e),
+            });
         }
     }
     scopes
@@ -85,14 +104,14 @@ struct Seen {
     target: Option<String>,
 }
 
-fn target(word: &Word, item: &Item) -> Option<String> {
-    let Conflict::PerModel(_) = word.conflict else {
+/// The model of a per-model word (its first param, written by position or
+/// by name), as tokens.
+fn target(checked: &Checked) -> Option<String> {
+    let Conflict::PerModel(_) = checked.word.conflict else {
         return None;
     };
-    match item.args.as_ref()?.list.first()? {
-        Arg::Expr(e) => Some(quote::ToTokens::to_token_stream(e).to_string()),
-        Arg::Named(..) => None,
-    }
+    let model = checked.written.first()?.as_ref()?;
+    Some(quote::ToTokens::to_token_stream(&model.value).to_string())
 }
 
 fn group(word: &Word) -> Option<&'static str> {

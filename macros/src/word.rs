@@ -1,9 +1,13 @@
 //! What a scope word is: one row of the table in `words/`, carrying its own
-//! checker and everything the rest of the pipeline asks about it.
+//! check and build halves and everything the rest of the pipeline asks
+//! about it; and a word as written, once its arguments are read
+//! ([`Checked`]), which flows from validation to expansion.
 
 use proc_macro2::{Span, TokenStream};
+use syn::Expr;
 
-use crate::ast::Item;
+use crate::errors::Errors;
+use crate::expand::cx::Cx;
 
 /// One scope word.
 pub(crate) struct Word {
@@ -12,10 +16,12 @@ pub(crate) struct Word {
     pub(crate) usage: &'static str,
     /// A few words for the list of known words in messages.
     pub(crate) doc: &'static str,
-    /// Its arguments, read by the shared checkers in `words/forms.rs`.
+    /// Its arguments, read by the one reader, `words/forms.rs`'s `read`.
     pub(crate) params: &'static [Param],
-    /// Tokens in, the scope value (a runtime call) or errors out.
+    /// Its checks across those arguments (validation).
     pub(crate) check: Check,
+    /// Its scope value, a runtime call (expansion).
+    pub(crate) build: Build,
     /// Which other words it contradicts.
     pub(crate) conflict: Conflict,
     /// Whether it may appear more than once in a list.
@@ -40,46 +46,62 @@ pub(crate) struct Word {
     pub(crate) examples: &'static [&'static str],
 }
 
-/// A word's checker.
-pub(crate) type Check = fn(&Word, &Item, &Cx) -> syn::Result<TokenStream>;
+/// A word's checks across its arguments (`sync` against `events`, a
+/// literal device), after `forms::read` has read them: every mistake is
+/// pushed, none returned, so one expansion lists them all.
+pub(crate) type Check = fn(&Checked, &mut Errors);
 
-/// What a checker knows besides the item.
-pub(crate) struct Cx {
-    /// The runtime crate's path (`::tch_scope`, `$crate`, a `crate = "…"`).
-    rt: TokenStream,
-    /// The name a measurement gets when none is written: the function's
-    /// path for an attribute; `None` in `scoped!`, where it is the place.
-    pub(crate) default_name: Option<DefaultName>,
+/// A checked word in, its scope value out: a call into the runtime's
+/// `__private`, built at expansion (the build half of the row).
+pub(crate) type Build = fn(&Checked, &Cx) -> TokenStream;
+
+/// One param's argument as written.
+pub(crate) struct Given {
+    /// The expression; `true` for a flag or a bare word written alone; a
+    /// choice's word in our spelling; a list's words as an array of them.
+    pub(crate) value: Expr,
+    /// The token that names it (its key or bare word), else its value:
+    /// where a cross-field mistake points.
+    pub(crate) at: Span,
+    /// Its place in the argument list, for words whose expansion keeps
+    /// the written order (`autocast`'s builder calls, evaluated in order).
+    pub(crate) index: usize,
 }
 
-/// The name of an attributed function's measurements.
-pub(crate) enum DefaultName {
-    /// `module::path::function`: a `&'static str` expression.
-    Function(TokenStream),
-    /// A method with a receiver: `module::Type::method`, `Type` known only
-    /// at run time (`type_name::<Self>()`).
-    Method(syn::Ident),
+/// A word as written, its arguments read into its row's params: what
+/// validation checks and what expansion builds from.
+pub(crate) struct Checked {
+    pub(crate) word: &'static Word,
+    /// The word's name as written: scope values are spanned there, so
+    /// rustc's errors about the scope point at it.
+    pub(crate) span: Span,
+    /// Its parentheses, or its name when it has none: where a missing
+    /// argument is reported.
+    pub(crate) args_span: Span,
+    /// What was written for each of the row's params, in param order.
+    pub(crate) written: Vec<Option<Given>>,
+    /// Whether each param was written at all, right or wrong, or
+    /// misspelt close to its name (`untill`): a check that says "none
+    /// given" keeps quiet about it, its mistake is already told.
+    pub(crate) tried: Vec<bool>,
 }
 
-impl Cx {
-    pub(crate) fn new(rt: TokenStream, default_name: Option<DefaultName>) -> Self {
-        Self { rt, default_name }
+impl Checked {
+    /// The argument written for `param`, if any.
+    pub(crate) fn given(&self, param: &str) -> Option<&Given> {
+        let i = self.word.params.iter().position(|p| p.name == param)?;
+        self.written.get(i)?.as_ref()
     }
 
-    /// `RT::__private`, shown at `span`: `$crate` resolves as before, but
-    /// rustc's errors (say, a `with(..)` value that is not a `Scope`) point
-    /// at the word rather than at the whole macro call.
-    pub(crate) fn private(&self, span: Span) -> TokenStream {
-        let rt: TokenStream = self
-            .rt
-            .clone()
-            .into_iter()
-            .map(|mut tt| {
-                tt.set_span(tt.span().located_at(span));
-                tt
-            })
-            .collect();
-        quote::quote_spanned!(span=> #rt::__private)
+    /// The value written for `param`, if any.
+    pub(crate) fn value(&self, param: &str) -> Option<&Expr> {
+        self.given(param).map(|g| &g.value)
+    }
+
+    /// Whether anything was written for `param`, right or wrong.
+    pub(crate) fn tried(&self, param: &str) -> bool {
+        let i = self.word.params.iter().position(|p| p.name == param);
+        i.is_some_and(|i| self.tried[i])
     }
 }
 
@@ -112,7 +134,8 @@ pub(crate) enum Awaits {
 pub(crate) struct Param {
     pub(crate) name: &'static str,
     pub(crate) kind: Kind,
-    /// May be written without `name =` at this position (0-based).
+    /// May be written without `name =` at this position (0-based);
+    /// `name = value` is read anywhere, positional or not.
     pub(crate) position: Option<usize>,
     pub(crate) required: bool,
 }
@@ -165,7 +188,8 @@ pub(crate) enum Kind {
     /// expansion, so it is known at compile time.
     Choice(&'static Choice),
     /// One or more of a fixed set of words, each once, every positional
-    /// argument from its position on (`sdpa(math, flash)`).
+    /// argument from its position on (`sdpa(math, flash)`), or by name an
+    /// array of them (`sdpa(backends = [math, flash])`).
     List(&'static Choice),
 }
 

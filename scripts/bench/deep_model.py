@@ -1,5 +1,5 @@
 """Exports the 1000-module TorchScript model of the `no_grad, eval(model)`
-benchmark (issue 18) to argv[1]: a Sequential of 333 blocks, each a
+benchmark to argv[1]: a Sequential of 333 blocks, each a
 Linear(2, 2) and a ReLU in a module of its own, so modules() counts
 1 + 333 * 3 = 1000. Saved in training mode.
 

@@ -9,7 +9,7 @@
 #   3. PyTorch Python's context managers (python_scopes.py)
 #   4. the deep-MLP workload, each variant in its own process, Rust and Python
 #   5. compile cost of the macros (compile_cost.py; slow on its first run)
-# and issue 18's floors: timed with the trace on, a switched-off report,
+# and the floors: timed with the trace on, a switched-off report,
 # no_grad + eval on a 1000-module model (deep_model.py), memory_scope.
 # Steps run one after another so they don't compete for the cores.
 # Benchmarks report; nothing here fails on a missed target.
@@ -45,7 +45,7 @@ else
 fi
 
 # The 1000-module TorchScript model of the `no_grad, eval(model)` floor
-# (issue 18), for criterion and for Python alike.
+#, for criterion and for Python alike.
 if [ -x "$PY" ]; then
   say "exporting the 1000-module model"
   "$PY" -W ignore scripts/bench/deep_model.py "$OUT/modules_1000.pt"

@@ -1,15 +1,17 @@
 //! Every error: its message, and that it points at the offending token.
+//! This file: the helpers, and the mistakes of a list as a whole (words,
+//! separators, the body, repeats, conflicts). Arguments are in `args.rs`,
+//! attributes in `attrs.rs`, every word's every mistake in `every_word.rs`.
 
 use proc_macro2::TokenStream;
 
 use super::lex;
-use crate::attr::{Attr, attr_tokens, attribute};
 use crate::bang::scoped_tokens;
 use crate::expand::Flavor;
 
 /// The errors of a failed expansion: (message, line, column), 1-based line
 /// and 0-based column within the input as proc-macro2 reports them.
-fn errors(result: syn::Result<TokenStream>) -> Vec<(String, usize, usize)> {
+pub(super) fn errors(result: syn::Result<TokenStream>) -> Vec<(String, usize, usize)> {
     let error = match result {
         Ok(tokens) => panic!("expected errors, got {tokens}"),
         Err(e) => e,
@@ -23,7 +25,7 @@ fn errors(result: syn::Result<TokenStream>) -> Vec<(String, usize, usize)> {
         .collect()
 }
 
-fn scoped_errors(input: &str) -> Vec<(String, usize, usize)> {
+pub(super) fn scoped_errors(input: &str) -> Vec<(String, usize, usize)> {
     errors(scoped_tokens(
         Flavor::Scoped,
         lex(&format!("::rt ; {input}")),
@@ -32,7 +34,7 @@ fn scoped_errors(input: &str) -> Vec<(String, usize, usize)> {
 
 /// Where the `nth` (1-based) `token` is in `input`, the way
 /// `scoped_errors` reports it (the input follows `::rt ; `).
-fn at(input: &str, token: &str, nth: usize) -> (usize, usize) {
+pub(super) fn at(input: &str, token: &str, nth: usize) -> (usize, usize) {
     let offset = input
         .match_indices(token)
         .nth(nth - 1)
@@ -60,7 +62,7 @@ pub(super) fn every_mistake(input: &str, want: &[(&str, &str, usize)]) {
 }
 
 /// Asserts exactly one error, containing `message`, at the `nth` `token`.
-fn one(input: &str, message: &str, token: &str, nth: usize) {
+pub(super) fn one(input: &str, message: &str, token: &str, nth: usize) {
     let errors = scoped_errors(input);
     assert_eq!(errors.len(), 1, "{input}: {errors:#?}");
     let (text, line, column) = &errors[0];
@@ -158,150 +160,6 @@ fn missing_body() {
 }
 
 #[test]
-fn arguments_to_a_word_without_any() {
-    one(
-        "no_grad(x) => {}",
-        "`no_grad` takes no arguments: write `no_grad` without parentheses",
-        "(",
-        1,
-    );
-    one(
-        "enable_grad() => {}",
-        "`enable_grad` takes no arguments",
-        "(",
-        1,
-    );
-}
-
-#[test]
-fn missing_arguments() {
-    one(
-        "grad => {}",
-        "`grad` needs one argument: write `grad(enabled)`",
-        "grad",
-        1,
-    );
-    one(
-        "grad() => {}",
-        "`grad` needs one argument, found 0: write `grad(enabled)`",
-        "(",
-        1,
-    );
-    one(
-        "device => {}",
-        "`device` needs one argument: write `device(0)`",
-        "device",
-        1,
-    );
-    one(
-        "with() => {}",
-        "`with` needs one argument, found 0: write `with(scope)`",
-        "(",
-        1,
-    );
-}
-
-#[test]
-fn extra_arguments() {
-    one(
-        "grad(a, b) => {}",
-        "`grad` takes one argument, found 2: write `grad(enabled)`",
-        "b",
-        1,
-    );
-    one(
-        "device(0, 1) => {}",
-        "`device` takes one argument, found 2",
-        "1",
-        1,
-    );
-    one(
-        "with(a, b, c) => {}",
-        "`with` takes one argument, found 3",
-        "b",
-        1,
-    );
-}
-
-#[test]
-fn named_arguments_to_positional_words() {
-    one(
-        "grad(enabled = true) => {}",
-        "`grad` takes no named arguments: write `grad(enabled)`",
-        "enabled",
-        1,
-    );
-}
-
-#[test]
-fn malformed_arguments() {
-    one("grad(a b) => {}", "expected `,` between arguments", "b", 1);
-    one(
-        "device(cuda:0) => {}",
-        "unexpected `:`; a device string needs quotes, e.g. `device(\"cuda:0\")`",
-        ":",
-        1,
-    );
-}
-
-#[test]
-fn bad_device_strings() {
-    let forms = "write a CUDA index such as `device(0)`, `device(cpu)`, a device string \"cpu\", \
-                 \"mps\" or \"cuda:N\" (N a non-negative integer, e.g. \"cuda:0\"), or an \
-                 expression of a device type";
-    one(
-        "device(\"gpu\") => {}",
-        &format!("unknown device string \"gpu\": {forms}"),
-        "\"gpu\"",
-        1,
-    );
-    for bad in [
-        "cuda:",
-        "cuda:-1",
-        "cuda:+1",
-        "cuda: 0",
-        "CUDA:0",
-        "cuda:0x1",
-        "cuda:99999999999999999999999",
-    ] {
-        let input = format!("device(\"{bad}\") => {{}}");
-        one(&input, "unknown device string", "\"", 1);
-    }
-}
-
-#[test]
-fn cuda_without_an_index() {
-    let message = "write `device(0)` or `device(\"cuda:0\")`: the CUDA device needs an index";
-    one("device(cuda) => {}", message, "cuda", 1);
-    one("device(\"cuda\") => {}", message, "\"cuda\"", 1);
-}
-
-#[test]
-fn negative_and_non_integer_devices() {
-    one(
-        "device(-1) => {}",
-        "a device index can't be negative: write `device(0)` for the first CUDA device",
-        "-",
-        1,
-    );
-    one("device(-(2)) => {}", "can't be negative", "-", 1);
-    for lit in ["1.5", "true", "'c'", "b\"x\"", "0f32", "1e3"] {
-        one(
-            &format!("device({lit}) => {{}}"),
-            "this literal is not a device: write a CUDA index such as `device(0)`",
-            lit,
-            1,
-        );
-    }
-    one(
-        "device(99999999999999999999999) => {}",
-        "this device index doesn't fit in a `usize`",
-        "9",
-        1,
-    );
-}
-
-#[test]
 fn duplicate_word() {
     one(
         "no_grad, device(0), no_grad => {}",
@@ -343,26 +201,17 @@ fn contradictory_words() {
         "train",
         1,
     );
+    // By name, the model is the same model.
+    one(
+        "eval(model = m), train(m) => {}",
+        "`train(m)` contradicts `eval(m)` earlier in this list; keep one",
+        "train",
+        1,
+    );
     one(
         "train(self.net), eval(self . net) => {}",
         "`eval(self . net)` contradicts `train(self . net)` earlier in this list; keep one",
         "eval",
-        1,
-    );
-}
-
-#[test]
-fn model_words_need_a_model() {
-    one(
-        "eval => {}",
-        "`eval` needs one argument: write `eval(model)`",
-        "eval",
-        1,
-    );
-    one(
-        "train(a, b) => {}",
-        "`train` takes one argument, found 2: write `train(model)`",
-        "b",
         1,
     );
 }
@@ -506,249 +355,4 @@ fn failed_expansion_is_a_diverging_block_of_compile_errors() {
     let out = crate::bang::scoped_macro(Flavor::Scoped, lex("::rt ; no_grd => {}")).to_string();
     assert!(out.starts_with("{ :: core :: compile_error !"), "{out}");
     assert!(out.ends_with("loop { } }"), "{out}");
-}
-
-// ---- attributes ----
-
-fn attr_errors(attr: Attr, args: &str, item: &str) -> Vec<(String, usize, usize)> {
-    errors(attr_tokens(attr, lex(args), lex(item)))
-}
-
-/// (line, column) of the first `token` in `src`.
-fn pos(src: &str, token: &str) -> (usize, usize) {
-    let offset = src
-        .find(token)
-        .unwrap_or_else(|| panic!("`{token}` not in {src}"));
-    let line = src[..offset].matches('\n').count() + 1;
-    let column = offset - src[..offset].rfind('\n').map_or(0, |n| n + 1);
-    (line, column)
-}
-
-fn one_attr(attr: Attr, args: &str, item: &str, message: &str, span: (usize, usize)) {
-    let errors = attr_errors(attr, args, item);
-    assert_eq!(errors.len(), 1, "{errors:#?}");
-    let (text, line, column) = &errors[0];
-    assert!(text.contains(message), "got {text}\nwant {message}");
-    assert_eq!((*line, *column), span, "span of {text}");
-}
-
-#[test]
-fn attribute_on_something_else_than_a_fn() {
-    for item in [
-        "struct S;",
-        "pub(crate) const X: u8 = 1;",
-        "impl S { fn f() {} }",
-        "mod m {}",
-        "extern crate c;",
-    ] {
-        let skip_vis = item.trim_start_matches("pub(crate) ");
-        let keyword = skip_vis.split_whitespace().next().unwrap();
-        one_attr(
-            Attr::Word("no_grad"),
-            "",
-            item,
-            "`#[no_grad]` goes on a function (`fn`); for a block of code use \
-             `scoped!(no_grad => { ... })`",
-            pos(item, keyword),
-        );
-    }
-    let item = "fn f();";
-    one_attr(
-        Attr::Word("device"),
-        "0",
-        "struct S;",
-        "`#[device(..)]` goes on a function (`fn`); for a block of code use \
-         `scoped!(device(0) => { ... })`",
-        (1, 0),
-    );
-    one_attr(
-        Attr::Word("device"),
-        "0",
-        item,
-        "`#[device(..)]` needs a function body",
-        pos(item, ";"),
-    );
-    let item = "#[derive(Debug)]\nenum E {}";
-    one_attr(
-        Attr::List,
-        "no_grad",
-        item,
-        "`#[scope(..)]` goes on a function",
-        pos(item, "enum"),
-    );
-}
-
-#[test]
-fn const_fn() {
-    let item = "pub const unsafe fn f() -> u8 { 1 }";
-    one_attr(
-        Attr::Word("inference_mode"),
-        "",
-        item,
-        "`#[inference_mode]` can't go on a `const fn`: scopes change thread state at run time, \
-         which a `const fn` cannot do; remove `const` or call a scoped helper",
-        pos(item, "const"),
-    );
-}
-
-#[test]
-fn trait_method_without_body() {
-    let item = "fn forward(&self, x: &Tensor) -> Tensor;";
-    one_attr(
-        Attr::Word("no_grad"),
-        "",
-        item,
-        "`#[no_grad]` needs a function body: on a trait method without a default body, put it \
-         on the implementations instead",
-        pos(item, ";"),
-    );
-}
-
-#[test]
-fn attribute_arguments_are_checked_like_scoped() {
-    let item = "fn f() {}";
-    one_attr(
-        Attr::Word("no_grad"),
-        "x",
-        item,
-        "`no_grad` takes no arguments",
-        pos("x", "x"),
-    );
-    one_attr(
-        Attr::Word("grad"),
-        "",
-        item,
-        "`grad` needs one argument: write `grad(enabled)`",
-        (1, 0),
-    );
-    one_attr(
-        Attr::Word("device"),
-        "-1",
-        item,
-        "can't be negative",
-        (1, 0),
-    );
-    one_attr(
-        Attr::Word("device"),
-        "\"gpu\"",
-        item,
-        "unknown device string",
-        (1, 0),
-    );
-    one_attr(
-        Attr::Word("with"),
-        "a, b",
-        item,
-        "`with` takes one argument, found 2",
-        pos("a, b", "b"),
-    );
-    one_attr(
-        Attr::List,
-        "no_grad, enable_grad",
-        item,
-        "`enable_grad` contradicts `no_grad` earlier in this list; keep one",
-        pos("no_grad, enable_grad", "enable_grad"),
-    );
-    one_attr(
-        Attr::List,
-        "",
-        item,
-        "`#[scope]` needs at least one scope word: `#[scope(no_grad)]`",
-        (1, 0),
-    );
-    one_attr(
-        Attr::List,
-        "no_grad device(0)",
-        item,
-        "expected `,` between scope words",
-        pos("no_grad device(0)", "device"),
-    );
-}
-
-#[test]
-fn conditions_work_in_scoped_attribute() {
-    let out = attr_tokens(Attr::List, lex("no_grad if !training"), lex("fn f() {}"))
-        .unwrap()
-        .to_string();
-    assert!(
-        out.contains("when (! training , :: tch_scope :: __private :: no_grad ())"),
-        "{out}"
-    );
-}
-
-#[test]
-fn argument_and_item_errors_are_reported_together() {
-    let errors = attr_errors(Attr::List, "no_grd", "const fn f();");
-    let messages: Vec<_> = errors.iter().map(|e| e.0.as_str()).collect();
-    assert_eq!(messages.len(), 3, "{messages:#?}");
-    assert!(messages[0].starts_with("unknown scope word `no_grd`"));
-    assert!(messages[1].contains("`const fn`"));
-    assert!(messages[2].contains("needs a function body"));
-}
-
-#[test]
-fn failed_attribute_reemits_the_function_unchanged() {
-    let item = "/// Doc.\npub fn f(x: u8) -> u8 { x }";
-    let out = attribute(Attr::Word("device"), lex("\"gpu\""), lex(item)).to_string();
-    let original = lex(item).to_string();
-    assert!(out.starts_with(&original), "{out}");
-    assert!(
-        out[original.len()..]
-            .trim_start()
-            .starts_with(":: core :: compile_error !"),
-        "{out}"
-    );
-}
-
-/// `checkpoint` reads its row's params: every mistake, each on its token.
-#[test]
-fn checkpoint_reports_every_mistake() {
-    every_mistake(
-        "checkpoint(vs, p, restart, resume, resume = b, save_on_failur = false) => {}",
-        &[
-            ("unexpected argument to `checkpoint`: write", "restart", 1),
-            (
-                "`resume` is given twice to `checkpoint`; keep one",
-                "resume",
-                2,
-            ),
-            (
-                "`checkpoint` has no argument `save_on_failur` (did you mean `save_on_failure`?)",
-                "save_on_failur",
-                1,
-            ),
-        ],
-    );
-    one(
-        "checkpoint(vs) => {}",
-        "`checkpoint` needs its `path` argument: write `checkpoint(vs, \"model.ot\", resume, save_on_failure = false)`",
-        "(",
-        1,
-    );
-}
-
-/// A bare word after a named one is a misspelt flag, not a second value
-/// for the param at its position.
-#[test]
-fn misspelt_flag_after_a_named_argument() {
-    every_mistake(
-        "timed(name = \"fwd\", synced) => {}",
-        &[(
-            "`timed` has no argument `synced` (did you mean `sync`?)",
-            "synced",
-            1,
-        )],
-    );
-    every_mistake(
-        "checkpoint(vs, p, resum) => {}",
-        &[(
-            "`checkpoint` has no argument `resum` (did you mean `resume`?)",
-            "resum",
-            1,
-        )],
-    );
-    every_mistake(
-        "timed(name = \"fwd\", \"again\") => {}",
-        &[("`name` is given twice to `timed`; keep one", "\"again\"", 1)],
-    );
 }

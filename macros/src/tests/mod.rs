@@ -1,10 +1,14 @@
 //! Unit tests: the expansion engine is crate-internal (a proc-macro crate
 //! can export only macros), so it is tested from here.
 
+mod args;
+mod attrs;
 mod autocast;
 mod body;
+mod by_name;
 mod distributed;
 mod errors;
+mod every_word;
 mod expansion;
 mod fuzz;
 mod sdpa;

@@ -23,8 +23,8 @@ fn reports_every_mistake_in_one_list() {
                 1,
             ),
             (
-                "`sdpa` takes its backends bare, one by one: write `sdpa(math, flash, mem_efficient, cudnn)`",
-                "backends",
+                "`x` is not a backend of `sdpa`: write `math`, `flash`, `mem_efficient` or `cudnn`",
+                "x",
                 1,
             ),
             (
@@ -49,6 +49,36 @@ fn reports_every_mistake_in_one_list() {
         &[(
             "`nope` is not a backend of `sdpa`: write `math`, `flash`, `mem_efficient` or `cudnn`",
             "nope",
+            1,
+        )],
+    );
+}
+
+/// By name, the list is an array of the same words, checked the same way.
+#[test]
+fn backends_by_name() {
+    let expand = |list: &str| {
+        scoped_tokens(Flavor::Scoped, lex(&format!("::rt ; {list} => ()")))
+            .map(|t| t.to_string())
+            .unwrap_or_else(|e| panic!("{list}: {e}"))
+    };
+    assert_eq!(
+        expand("sdpa(backends = [math, flash])"),
+        expand("sdpa(math, flash)")
+    );
+    assert_eq!(expand("sdpa(backends = cudnn)"), expand("sdpa(cudnn)"));
+    every_mistake(
+        "sdpa(backends = [math, Flash, math]) => {}",
+        &[
+            ("`Flash` is spelled `flash` here", "Flash", 1),
+            ("`math` is listed twice in `sdpa`; keep one", "math", 2),
+        ],
+    );
+    every_mistake(
+        "sdpa(backends = []) => {}",
+        &[(
+            "`sdpa` needs at least one backend (`math`, `flash`, `mem_efficient` or `cudnn`)",
+            "backends",
             1,
         )],
     );

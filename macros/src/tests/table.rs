@@ -206,12 +206,12 @@ fn every_row_has_its_constructor_in_the_runtime() {
             })
             .parse2(lex(example))
             .expect("parses");
-            let cx = crate::word::Cx::new(quote::quote!(::rt), None);
-            let scopes = crate::valid::validate(items, &cx, &mut errors);
+            let scopes = crate::valid::validate(items, &mut errors);
             assert!(errors.is_empty(), "`{example}` does not check");
+            let cx = crate::expand::cx::Cx::new(quote::quote!(::rt), None);
             let mut names = Vec::new();
             for s in scopes {
-                private_names(s.value, &mut names);
+                private_names((s.word().build)(&s.checked, &cx), &mut names);
             }
             assert!(
                 names.iter().any(|n| declares(RUNTIME_WORDS, n)),

@@ -8,10 +8,9 @@ use proc_macro2::TokenStream;
 use quote::quote_spanned;
 use syn::spanned::Spanned;
 
-use super::forms;
-use crate::ast::Item;
-use crate::errors::Errors;
-use crate::word::{Choice, Cx, Word};
+use super::choice;
+use crate::expand::cx::Cx;
+use crate::word::{Checked, Choice, Given};
 
 /// `autocast`'s first argument.
 pub(crate) const DEVICE_TYPES: Choice = Choice {
@@ -29,13 +28,12 @@ pub(crate) const DTYPES: Choice = Choice {
     strings: false,
 };
 
-pub(crate) fn check(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let mut errors = Errors::default();
-    let written = forms::read(word, item, &mut errors);
-    errors.finish()?;
+/// `RT::__private::autocast_<device>_<dtype>()`, then its options as
+/// builder calls.
+pub(crate) fn build(checked: &Checked, cx: &Cx) -> TokenStream {
     let chosen = |param| {
-        forms::given(word, &written, param)
-            .and_then(|g| forms::words(&g.value).pop())
+        (checked.given(param))
+            .and_then(|g| choice::words(&g.value).pop())
             .map(|w| w.to_string())
     };
     let device = chosen("device_type").expect("`read` reports a missing device type");
@@ -45,13 +43,13 @@ pub(crate) fn check(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStrea
         _ => "f16".to_owned(),
     });
     let f = format!("autocast_{device}_{dtype}");
-    let span = item.name.span();
+    let span = checked.span;
     let (private, f) = (cx.private(span), syn::Ident::new(&f, span));
     // The runtime's builder methods of the same names, in the order written
     // (so the user's expressions are evaluated in that order).
-    let mut options: Vec<(&str, &forms::Given)> = ["enabled", "cache"]
+    let mut options: Vec<(&str, &Given)> = ["enabled", "cache"]
         .into_iter()
-        .filter_map(|name| Some((name, forms::given(word, &written, name)?)))
+        .filter_map(|name| Some((name, checked.given(name)?)))
         .collect();
     options.sort_by_key(|(_, g)| g.index);
     let options = options.iter().map(|(name, given)| {
@@ -59,5 +57,5 @@ pub(crate) fn check(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStrea
         let method = syn::Ident::new(name, value.span());
         quote_spanned!(value.span()=> .#method(#value))
     });
-    Ok(quote_spanned!(span=> #private::#f() #(#options)*))
+    quote_spanned!(span=> #private::#f() #(#options)*)
 }

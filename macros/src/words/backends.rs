@@ -6,55 +6,60 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Expr, Lit};
 
-use super::forms;
-use crate::ast::Item;
-use crate::word::{Choice, Cx, Word};
+use super::{choice, forms};
+use crate::errors::Errors;
+use crate::expand::cx::Cx;
+use crate::word::{Checked, Choice};
 
 const PRECISIONS: [&str; 3] = ["highest", "high", "medium"];
 
 /// A literal name is checked here; any other `&str` expression on entry.
-pub(crate) fn matmul_precision(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let args = forms::positional(word, item)?;
-    if let Expr::Lit(lit) = &args[0]
-        && let Lit::Str(s) = &lit.lit
-    {
-        let name = s.value();
-        if !PRECISIONS.contains(&name.as_str()) {
-            let lower = name.to_lowercase();
-            let hint = if PRECISIONS.contains(&lower.as_str()) {
-                format!("write `\"{lower}\"` (lower case)")
-            } else {
-                "write `\"highest\"`, `\"high\"` or `\"medium\"`".to_owned()
-            };
-            return Err(syn::Error::new(
-                s.span(),
-                format!("`{name}` is not a float32 matmul precision: {hint}"),
-            ));
-        }
+pub(crate) fn check_matmul_precision(checked: &Checked, errors: &mut Errors) {
+    let Some(Expr::Lit(lit)) = checked.value("precision") else {
+        return;
+    };
+    let Lit::Str(s) = &lit.lit else { return };
+    let name = s.value();
+    if PRECISIONS.contains(&name.as_str()) {
+        return;
     }
-    Ok(forms::private_call(word, item, cx, &args))
+    let lower = name.to_lowercase();
+    let hint = if PRECISIONS.contains(&lower.as_str()) {
+        format!("write `\"{lower}\"` (lower case)")
+    } else {
+        "write `\"highest\"`, `\"high\"` or `\"medium\"`".to_owned()
+    };
+    errors.push(syn::Error::new(
+        s.span(),
+        format!("`{name}` is not a float32 matmul precision: {hint}"),
+    ));
 }
 
-/// `cudnn(enabled = .., benchmark = .., deterministic = .., allow_tf32 = ..)`:
-/// each flag optional, at least one.
-pub(crate) fn cudnn(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let values = forms::options(word, item)?;
-    if values.iter().all(Option::is_none) {
-        let span = item.args.as_ref().map_or(item.name.span(), |a| a.span);
-        return Err(syn::Error::new(
-            span,
+/// `cudnn` changes only the flags written: at least one (a misspelt one
+/// is already reported).
+pub(crate) fn check_cudnn(checked: &Checked, errors: &mut Errors) {
+    if !checked.tried.contains(&true) {
+        errors.push(syn::Error::new(
+            checked.args_span,
             "`cudnn` changes only the flags written, and none is: write at least one, \
              as in `cudnn(benchmark = true)`",
         ));
     }
-    let flags: Vec<TokenStream> = values
-        .iter()
-        .map(|v| match v {
-            Some(e) => quote_spanned!(e.span()=> ::core::option::Option::Some(#e)),
+}
+
+/// `cudnn(enabled = .., benchmark = .., deterministic = .., allow_tf32 = ..)`:
+/// each flag an `Option`, `None` where it is not written.
+pub(crate) fn cudnn(checked: &Checked, cx: &Cx) -> TokenStream {
+    let flags: Vec<TokenStream> = (checked.written.iter())
+        .map(|given| match given {
+            Some(g) => {
+                let e = &g.value;
+                quote_spanned!(e.span()=> ::core::option::Option::Some(#e))
+            }
             None => quote!(::core::option::Option::None),
         })
         .collect();
-    Ok(forms::private_call(word, item, cx, &flags))
+    forms::private_call(checked, cx, &flags)
 }
 
 /// `sdpa`'s backends, with PyTorch's `SDPBackend` names for them.
@@ -77,11 +82,12 @@ pub(crate) const SDPA_BACKENDS: Choice = Choice {
 };
 
 /// `sdpa(math, flash, ..)`: the row's one list param, a non-empty list of
-/// backend names, each once, read by `forms::options`.
-pub(crate) fn sdpa(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let values = forms::options(word, item)?;
-    let backends = forms::value(word, &values, "backends").map_or_else(Vec::new, forms::words);
-    let span = item.name.span();
+/// backend names, each once, read by `forms::read`.
+pub(crate) fn sdpa(checked: &Checked, cx: &Cx) -> TokenStream {
+    let backends = checked
+        .value("backends")
+        .map_or_else(Vec::new, choice::words);
+    let span = checked.span;
     let private = cx.private(span);
     let variants = backends.iter().map(|b| {
         let variant = match b.to_string().as_str() {
@@ -93,5 +99,5 @@ pub(crate) fn sdpa(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream
         let v = syn::Ident::new(variant, b.span());
         quote_spanned!(b.span()=> #private::SdpaBackend::#v)
     });
-    Ok(quote_spanned!(span=> #private::sdpa([#(#variants),*])))
+    quote_spanned!(span=> #private::sdpa([#(#variants),*]))
 }

@@ -6,25 +6,33 @@ use quote::quote_spanned;
 use syn::spanned::Spanned;
 
 use super::forms;
-use crate::ast::Item;
-use crate::word::{Cx, Word};
+use crate::expand::cx::Cx;
+use crate::word::Checked;
+
+/// The one argument, which `read` reports missing before a build.
+fn only(checked: &Checked) -> &syn::Expr {
+    forms::positional(checked)
+        .first()
+        .copied()
+        .expect("`read` reports a missing argument")
+}
 
 /// `RT::__private::<word>(&(model))`: a reference, so the scope borrows the
 /// model rather than moving it; spanned on the model so a non-`Trainable`
 /// is reported there.
-pub(crate) fn model(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let model = forms::positional(word, item)?.remove(0);
+pub(crate) fn model(checked: &Checked, cx: &Cx) -> TokenStream {
+    let model = only(checked);
     let span = model.span();
     let private = cx.private(span);
-    let f = syn::Ident::new(word.name, item.name.span());
-    Ok(quote_spanned!(span=> #private::#f(&(#model))))
+    let f = syn::Ident::new(checked.word.name, checked.span);
+    quote_spanned!(span=> #private::#f(&(#model)))
 }
 
 /// `RT::__private::with(scope)`, spanned on the user's expression: a
 /// non-`Scope` gets the runtime's `on_unimplemented` note right there.
-pub(crate) fn with(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let scope = forms::positional(word, item)?.remove(0);
+pub(crate) fn with(checked: &Checked, cx: &Cx) -> TokenStream {
+    let scope = only(checked);
     let span = scope.span();
     let private = cx.private(span);
-    Ok(quote_spanned!(span=> #private::with(#scope)))
+    quote_spanned!(span=> #private::with(#scope))
 }

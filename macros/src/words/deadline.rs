@@ -7,36 +7,47 @@ use proc_macro2::TokenStream;
 use quote::quote_spanned;
 
 use super::forms;
-use crate::ast::Item;
-use crate::word::{Cx, Word};
+use crate::errors::Errors;
+use crate::expand::cx::Cx;
+use crate::word::Checked;
 
-pub(crate) fn check(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let values = forms::options(word, item)?;
-    let duration = forms::value(word, &values, "duration");
-    let until = forms::value(word, &values, "until");
+/// A literal for either, both, or neither (unless one was tried and is
+/// already reported): each reported.
+pub(crate) fn check(checked: &Checked, errors: &mut Errors) {
+    let duration = checked.value("duration");
+    let until = checked.value("until");
+    for (value, until) in [(duration, false), (until, true)] {
+        if let Some(e) = value.and_then(|v| no_literal(v, until).err()) {
+            errors.push(e);
+        }
+    }
     match (duration, until) {
-        (Some(d), None) => {
-            no_literal(d, false)?;
-            Ok(forms::private_call(word, item, cx, &[d]))
-        }
-        (None, Some(t)) => {
-            no_literal(t, true)?;
-            let span = item.name.span();
-            let private = cx.private(span);
-            Ok(quote_spanned!(span=> #private::deadline_until(#t)))
-        }
-        (Some(d), Some(_)) => Err(syn::Error::new_spanned(
+        (Some(d), Some(_)) => errors.push(syn::Error::new_spanned(
             d,
             "`deadline` takes a duration or `until = instant`, not both: keep one",
         )),
-        (None, None) => {
-            let span = item.args.as_ref().map_or(item.name.span(), |a| a.span);
-            Err(syn::Error::new(
-                span,
-                "`deadline` needs a duration or an instant: write `deadline(Duration::from_millis(100))` or `deadline(until = t)`",
-            ))
+        (None, None) if !checked.tried("duration") && !checked.tried("until") => {
+            errors.push(syn::Error::new(
+                checked.args_span,
+                "`deadline` needs a duration or an instant: \
+             write `deadline(Duration::from_millis(100))` or `deadline(until = t)`",
+            ));
         }
+        _ => {}
     }
+}
+
+/// `RT::__private::deadline(d)` or `RT::__private::deadline_until(t)`.
+pub(crate) fn build(checked: &Checked, cx: &Cx) -> TokenStream {
+    if let Some(d) = checked.value("duration") {
+        return forms::private_call(checked, cx, &[d]);
+    }
+    let t = checked
+        .value("until")
+        .expect("`check` reports neither given");
+    let span = checked.span;
+    let private = cx.private(span);
+    quote_spanned!(span=> #private::deadline_until(#t))
 }
 
 /// Refuses a literal for the duration, or for the instant of `until`,

@@ -5,9 +5,9 @@ use proc_macro2::TokenStream;
 use quote::quote_spanned;
 use syn::{Expr, ExprLit, ExprUnary, Lit, UnOp};
 
-use super::forms;
-use crate::ast::Item;
-use crate::word::{Cx, Word};
+use crate::errors::Errors;
+use crate::expand::cx::Cx;
+use crate::word::Checked;
 
 const DEVICE_FORMS: &str = "write a CUDA index such as `device(0)`, `device(cpu)`, \
     a device string \"cpu\", \"mps\" or \"cuda:N\" (N a non-negative integer, e.g. \"cuda:0\"), \
@@ -16,11 +16,23 @@ const DEVICE_FORMS: &str = "write a CUDA index such as `device(0)`, `device(cpu)
 const CUDA_NEEDS_INDEX: &str =
     "write `device(0)` or `device(\"cuda:0\")`: the CUDA device needs an index";
 
-pub(crate) fn check(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let expr = forms::positional(word, item)?.remove(0);
-    let span = item.name.span();
+/// A literal device is checked now; anything else at run time.
+pub(crate) fn check(checked: &Checked, errors: &mut Errors) {
+    if let Some(expr) = checked.value("device")
+        && let Err(e) = device(expr)
+    {
+        errors.push(e);
+    }
+}
+
+pub(crate) fn build(checked: &Checked, cx: &Cx) -> TokenStream {
+    let expr = checked
+        .value("device")
+        .expect("`read` reports a missing device");
+    let span = checked.span;
     let private = cx.private(span);
-    Ok(match device(&expr)? {
+    // `check` has refused what `device` refuses.
+    match device(expr).unwrap_or(Device::Expr) {
         Device::Cpu => quote_spanned!(span=> #private::device_cpu()),
         Device::Mps => quote_spanned!(span=> #private::device_mps()),
         Device::Cuda(index, lit_span) => {
@@ -29,7 +41,7 @@ pub(crate) fn check(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStrea
             quote_spanned!(span=> #private::device_cuda(#index))
         }
         Device::Expr => quote_spanned!(span=> #private::device(#expr)),
-    })
+    }
 }
 
 enum Device {

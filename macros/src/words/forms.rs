@@ -1,141 +1,48 @@
-//! The shared checkers: a word written bare, with positional arguments, or
-//! with named options. A word's row names one of these as its `check`, or
-//! a checker of its own built from the same parts.
+//! The one argument reader, [`read`], and the shared forms a row names as
+//! its `check` and `build`: a word written bare, with positional
+//! arguments ([`call`], through [`positional`], a view over what `read`
+//! read), with one optional flag ([`one_flag`]) or one optional value
+//! ([`bare_or_set`]). Every param is read by position where it has one
+//! and by name anywhere: `threads(4)` is `threads(n = 4)`.
 
 use proc_macro2::{Span, TokenStream};
 use quote::quote_spanned;
 use syn::spanned::Spanned;
 use syn::{Expr, Ident, Lit};
 
-use crate::ast::{Arg, Args, Item};
+use super::choice::{add_to_list, choose};
+use crate::ast::{Arg, Item};
 use crate::errors::Errors;
-use crate::word::{Choice, Cx, Kind, Word, either};
+use crate::expand::cx::Cx;
+use crate::word::{Checked, Given, Kind, Param, Word, either};
 
-/// `RT::__private::<name>(args..)` with the word's positional arguments
-/// (none for a bare word such as `no_grad`).
-pub(crate) fn call(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let args = positional(word, item)?;
-    Ok(private_call(word, item, cx, &args))
-}
+/// A row's `check` when the reader says all: no checks across arguments.
+pub(crate) fn no_check(_: &Checked, _: &mut Errors) {}
 
-/// `RT::__private::<word>(args..)`, spanned at the word.
-pub(crate) fn private_call(
-    word: &Word,
-    item: &Item,
-    cx: &Cx,
-    args: &[impl quote::ToTokens],
-) -> TokenStream {
+/// Reads the arguments into one slot per param of the row, pushing every
+/// misuse to `errors` (each on its token) and keeping what was right, so
+/// the row's `check` can go on to its cross-field checks and report them
+/// in the same list.
+pub(crate) fn read(word: &'static Word, item: &Item, errors: &mut Errors) -> Checked {
+    let (name, usage, params) = (word.name, word.usage, word.params);
     let span = item.name.span();
-    let private = cx.private(span);
-    let f = syn::Ident::new(word.name, span);
-    quote_spanned!(span=> #private::#f(#(#args),*))
-}
-
-/// Checks the argument count; returns exactly `word.params.len()` exprs.
-pub(crate) fn positional(word: &Word, item: &Item) -> syn::Result<Vec<Expr>> {
-    let want = word.params.len();
-    let (name, usage) = (word.name, word.usage);
-    let Some(Args { span, list }) = &item.args else {
-        return match want {
-            0 => Ok(Vec::new()),
-            _ => Err(syn::Error::new(
-                item.name.span(),
-                format!("`{name}` needs {}: write `{usage}`", count(want)),
-            )),
-        };
-    };
-    if want == 0 {
-        return Err(syn::Error::new(
-            *span,
+    let args_span = item.args.as_ref().map_or(span, |a| a.span);
+    let mut out: Vec<Option<Given>> = params.iter().map(|_| None).collect();
+    if params.is_empty() && item.args.is_some() {
+        errors.push(syn::Error::new(
+            args_span,
             format!("`{name}` takes no arguments: write `{name}` without parentheses"),
         ));
     }
-    let mut exprs = Vec::new();
-    for (i, arg) in list.iter().enumerate() {
-        match arg {
-            Arg::Named(key, _) => {
-                return Err(syn::Error::new(
-                    key.span(),
-                    format!("`{name}` takes no named arguments: write `{usage}`"),
-                ));
-            }
-            Arg::Expr(_) if i == want => {
-                return Err(syn::Error::new(
-                    arg_span(arg),
-                    format!(
-                        "`{name}` takes {}, found {}: write `{usage}`",
-                        count(want),
-                        list.len()
-                    ),
-                ));
-            }
-            Arg::Expr(e) => exprs.push(e.clone()),
-        }
-    }
-    if exprs.len() < want {
-        return Err(syn::Error::new(
-            *span,
-            format!(
-                "`{name}` needs {}, found {}: write `{usage}`",
-                count(want),
-                exprs.len()
-            ),
-        ));
-    }
-    Ok(exprs)
-}
-
-pub(crate) fn arg_span(arg: &Arg) -> Span {
-    match arg {
-        Arg::Expr(e) => e.span(),
-        Arg::Named(key, _) => key.span(),
-    }
-}
-
-fn count(n: usize) -> String {
-    match n {
-        1 => "one argument".to_owned(),
-        n => format!("{n} arguments"),
-    }
-}
-
-/// The value written for each of a word's params, in param order.
-pub(crate) type Values = Vec<Option<Expr>>;
-
-/// Named, flag and positional options (`timed("fwd", sync)`,
-/// `gpu_memory_scope(device = 0, empty_cache = false)`): one value slot per
-/// param of the row, every misuse reported on its token.
-pub(crate) fn options(word: &Word, item: &Item) -> syn::Result<Values> {
-    let mut errors = Errors::default();
-    let written = read(word, item, &mut errors);
-    errors.finish()?;
-    Ok(written.into_iter().map(|g| g.map(|g| g.value)).collect())
-}
-
-/// One param's argument as written.
-pub(crate) struct Given {
-    /// The expression; `true` for a flag or a bare word written alone; a
-    /// choice's word in our spelling; a list's words as an array of them.
-    pub(crate) value: Expr,
-    /// The token that names it (its key or bare word), else its value:
-    /// where a cross-field mistake points.
-    pub(crate) at: Span,
-    /// Its place in the argument list, for words whose expansion keeps
-    /// the written order (`autocast`'s builder calls, evaluated in order).
-    pub(crate) index: usize,
-}
-
-/// What was written for each of a word's params, in param order.
-pub(crate) type Written = Vec<Option<Given>>;
-
-/// Reads the arguments into one slot per param of the row, pushing every
-/// misuse to `errors` (each on its token) and keeping what was right, so a
-/// word's checker can go on to its cross-field checks and report them in
-/// the same list.
-pub(crate) fn read(word: &Word, item: &Item, errors: &mut Errors) -> Written {
-    let (name, usage, params) = (word.name, word.usage, word.params);
-    let mut out: Written = params.iter().map(|_| None).collect();
-    let list: &[Arg] = item.args.as_ref().map_or(&[], |a| &a.list);
+    let list: &[Arg] = match params.is_empty() {
+        true => &[],
+        false => item.args.as_ref().map_or(&[], |a| &a.list),
+    };
+    // How many positional arguments there are, for messages.
+    let written = list
+        .iter()
+        .filter(|a| matches!(a, Arg::Expr(_)) && bare_param(word, a).is_none())
+        .count();
     // Positions count positional arguments only: `autocast(cuda, enabled =
     // b, f16)` puts `f16` second.
     let mut positional = 0;
@@ -146,19 +53,16 @@ pub(crate) fn read(word: &Word, item: &Item, errors: &mut Errors) -> Written {
         let (i, value, at) = match arg {
             Arg::Named(key, value) => {
                 let Some(i) = params.iter().position(|p| key == p.name) else {
-                    errors.push(syn::Error::new(key.span(), unknown_key(word, key)));
+                    let (message, meant) = unknown_key(word, key);
+                    if let Some(meant) = meant {
+                        tried[meant] = true;
+                    }
+                    errors.push(syn::Error::new(key.span(), message));
                     continue;
                 };
-                let alone = match params[i].kind {
-                    Kind::Bare => Some(format!("write `{key}` alone, without `= …`")),
-                    Kind::List(c) => Some(format!(
-                        "`{name}` takes its {}s bare, one by one: write `{usage}`",
-                        c.what
-                    )),
-                    _ => None,
-                };
-                if let Some(alone) = alone {
+                if let Kind::Bare = params[i].kind {
                     tried[i] = true;
+                    let alone = format!("write `{key}` alone, without `= …`");
                     errors.push(syn::Error::new(key.span(), alone));
                     continue;
                 }
@@ -166,12 +70,7 @@ pub(crate) fn read(word: &Word, item: &Item, errors: &mut Errors) -> Written {
             }
             Arg::Expr(e) => {
                 // A flag or bare word written alone: `sync` means `sync = true`.
-                let bare = arg.ident().and_then(|id| {
-                    params
-                        .iter()
-                        .position(|p| matches!(p.kind, Kind::Flag | Kind::Bare) && id == p.name)
-                });
-                if let Some(i) = bare {
+                if let Some(i) = bare_param(word, arg) {
                     (i, syn::parse_quote_spanned!(e.span()=> true), e.span())
                 } else {
                     let slot = params.iter().position(|p| match (p.kind, p.position) {
@@ -183,9 +82,9 @@ pub(crate) fn read(word: &Word, item: &Item, errors: &mut Errors) -> Written {
                     // second name.
                     let slot = slot.filter(|&i| out[i].is_none() || near_flag(word, arg).is_none());
                     let Some(i) = slot else {
-                        let (message, named) = unexpected(word, arg);
-                        if let Some(named) = named {
-                            tried[named] = true;
+                        let (message, meant) = unexpected(word, arg, written);
+                        if let Some(meant) = meant {
+                            tried[meant] = true;
                         }
                         errors.push(syn::Error::new(e.span(), message));
                         continue;
@@ -194,42 +93,13 @@ pub(crate) fn read(word: &Word, item: &Item, errors: &mut Errors) -> Written {
                 }
             }
         };
-        let param = &params[i];
         tried[i] = true;
-        let slot = &mut out[i];
-        let checked = match param.kind {
-            Kind::List(choice) => add_to_list(word, choice, slot, &value, index),
-            _ if slot.is_some() => Err(syn::Error::new(
-                at,
-                format!("`{}` is given twice to `{name}`; keep one", param.name),
-            )),
-            Kind::Str if !is_str_lit(&value) => Err(syn::Error::new(
-                value.span(),
-                format!(
-                    "`{}` of `{name}` must be a string literal: write `{usage}`",
-                    param.name
-                ),
-            )),
-            Kind::Choice(choice) => choose(word, choice, &value).map(|ours| {
-                let ours: Expr = syn::parse_quote!(#ours);
-                *slot = Some(Given {
-                    value: ours,
-                    at,
-                    index,
-                });
-            }),
-            _ => {
-                *slot = Some(Given { value, at, index });
-                Ok(())
-            }
-        };
-        if let Err(e) = checked {
+        if let Err(e) = store(word, &params[i], &mut out[i], arg, value, at, index) {
             errors.push(e);
         }
     }
-    for (p, tried) in params.iter().zip(tried) {
+    for (p, &tried) in params.iter().zip(&tried) {
         if p.required && !tried {
-            let span = item.args.as_ref().map_or(item.name.span(), |a| a.span);
             let what = match (p.kind, p.position) {
                 (Kind::Choice(c), _) => format!("a {} ({})", c.what, c.list()),
                 (Kind::List(c), _) => format!("at least one {} ({})", c.what, c.list()),
@@ -237,33 +107,144 @@ pub(crate) fn read(word: &Word, item: &Item, errors: &mut Errors) -> Written {
                 (_, None) => format!("`{} = …`", p.name),
             };
             errors.push(syn::Error::new(
-                span,
+                args_span,
                 format!("`{name}` needs {what}: write `{usage}`"),
             ));
         }
     }
-    out
-}
-
-/// The argument written for `param`, if any.
-pub(crate) fn given<'a>(word: &Word, written: &'a Written, param: &str) -> Option<&'a Given> {
-    let i = word.params.iter().position(|p| p.name == param)?;
-    written.get(i)?.as_ref()
-}
-
-/// The word a `Choice` param's value is, or each word of a `List`'s, as
-/// `read` left them (our spelling, at the written token).
-pub(crate) fn words(value: &Expr) -> Vec<Ident> {
-    match value {
-        Expr::Array(a) => a.elems.iter().flat_map(words).collect(),
-        Expr::Path(p) => p.path.get_ident().cloned().into_iter().collect(),
-        _ => Vec::new(),
+    Checked {
+        word,
+        span,
+        args_span,
+        written: out,
+        tried,
     }
+}
+
+/// Stores one argument in its param's slot, as the param's kind takes it.
+fn store(
+    word: &Word,
+    param: &Param,
+    slot: &mut Option<Given>,
+    arg: &Arg,
+    value: Expr,
+    at: Span,
+    index: usize,
+) -> syn::Result<()> {
+    let (name, usage) = (word.name, word.usage);
+    match param.kind {
+        // By name, a list is an array of its words: `backends = [math]`.
+        Kind::List(choice) => match (arg, &value) {
+            (Arg::Named(key, _), Expr::Array(a)) if a.elems.is_empty() => Err(syn::Error::new(
+                key.span(),
+                format!(
+                    "`{name}` needs at least one {} ({}): write `{usage}`",
+                    choice.what,
+                    choice.list()
+                ),
+            )),
+            (Arg::Named(..), Expr::Array(a)) => {
+                let mut each = Errors::default();
+                for elem in &a.elems {
+                    if let Err(e) = add_to_list(word, choice, slot, elem, index) {
+                        each.push(e);
+                    }
+                }
+                each.finish()
+            }
+            _ => add_to_list(word, choice, slot, &value, index),
+        },
+        _ if slot.is_some() => Err(syn::Error::new(
+            at,
+            format!("`{}` is given twice to `{name}`; keep one", param.name),
+        )),
+        Kind::Str if !is_str_lit(&value) => Err(syn::Error::new(
+            value.span(),
+            format!(
+                "`{}` of `{name}` must be a string literal: write `{usage}`",
+                param.name
+            ),
+        )),
+        Kind::Choice(choice) => choose(word, choice, &value).map(|ours| {
+            let ours: Expr = syn::parse_quote!(#ours);
+            *slot = Some(Given {
+                value: ours,
+                at,
+                index,
+            });
+        }),
+        _ => {
+            *slot = Some(Given { value, at, index });
+            Ok(())
+        }
+    }
+}
+
+/// The flag or bare word a bare identifier names (`sync`, `from_env`).
+fn bare_param(word: &Word, arg: &Arg) -> Option<usize> {
+    let id = arg.ident()?;
+    word.params
+        .iter()
+        .position(|p| matches!(p.kind, Kind::Flag | Kind::Bare) && id == p.name)
+}
+
+/// The values of the row's positional params that were written, in
+/// position order, however they were written (`threads(4)` or
+/// `threads(n = 4)`): a view over what [`read`] read.
+pub(crate) fn positional(checked: &Checked) -> Vec<&Expr> {
+    let mut at: Vec<(usize, &Expr)> = (checked.word.params.iter())
+        .zip(&checked.written)
+        .filter_map(|(p, g)| Some((p.position?, &g.as_ref()?.value)))
+        .collect();
+    at.sort_by_key(|&(position, _)| position);
+    at.into_iter().map(|(_, value)| value).collect()
+}
+
+/// `RT::__private::<name>(args..)` with the word's positional arguments
+/// (none for a bare word such as `no_grad`).
+pub(crate) fn call(checked: &Checked, cx: &Cx) -> TokenStream {
+    private_call(checked, cx, &positional(checked))
+}
+
+/// `RT::__private::<word>(args..)`, spanned at the word.
+pub(crate) fn private_call(
+    checked: &Checked,
+    cx: &Cx,
+    args: &[impl quote::ToTokens],
+) -> TokenStream {
+    let span = checked.span;
+    let private = cx.private(span);
+    let f = Ident::new(checked.word.name, span);
+    quote_spanned!(span=> #private::#f(#(#args),*))
+}
+
+/// `RT::__private::<word>(flag)` for a word with one optional flag
+/// (`deterministic(warn_only)`), `DEFAULT` when it is absent.
+pub(crate) fn one_flag<const DEFAULT: bool>(checked: &Checked, cx: &Cx) -> TokenStream {
+    let flag = match checked.written.first() {
+        Some(Some(given)) => given.value.clone(),
+        _ => syn::parse_quote!(#DEFAULT),
+    };
+    private_call(checked, cx, &[flag])
+}
+
+/// `RT::__private::<word>()` written bare, `RT::__private::<word>_set(x)`
+/// with its one optional argument (`inference_mode(false)`).
+pub(crate) fn bare_or_set(checked: &Checked, cx: &Cx) -> TokenStream {
+    let Some(Some(given)) = checked.written.first() else {
+        return private_call(checked, cx, &[] as &[Expr]);
+    };
+    let (span, value) = (checked.span, &given.value);
+    let private = cx.private(span);
+    let f = Ident::new(&format!("{}_set", checked.word.name), span);
+    quote_spanned!(span=> #private::#f(#value))
 }
 
 /// `key = …` where the word has no param `key`: the closest param, or
 /// PyTorch's longer name (`cache_enabled` for `cache`), else what it takes.
-fn unknown_key(word: &Word, key: &Ident) -> String {
+/// The param it names, if it is close to one, comes back too: the user
+/// meant that one, which is then not reported missing as well.
+fn unknown_key(word: &Word, key: &Ident) -> (String, Option<usize>) {
     let (name, usage, params) = (word.name, word.usage, word.params);
     let key = key.to_string();
     // `sdpa(flash = true)`: a listed word, with a value it cannot take.
@@ -276,15 +257,17 @@ fn unknown_key(word: &Word, key: &Ident) -> String {
             true => String::new(),
             false => format!(" (`{key}` is spelled `{ours}` here)"),
         };
-        return format!("write `{ours}` alone, without `= …`{spelled}");
+        let message = format!("write `{ours}` alone, without `= …`{spelled}");
+        return (message, None);
     }
-    let near = params.iter().find(|p| {
+    let near = params.iter().position(|p| {
         strsim::levenshtein(&key, p.name) <= 2 || key.starts_with(&format!("{}_", p.name))
     });
-    if let Some(p) = near {
-        return format!(
-            "`{name}` has no argument `{key}` (did you mean `{}`?)",
-            p.name
+    if let Some(i) = near {
+        let p = params[i].name;
+        return (
+            format!("`{name}` has no argument `{key}` (did you mean `{p}`?)"),
+            Some(i),
         );
     }
     let names: Vec<String> = params
@@ -292,35 +275,56 @@ fn unknown_key(word: &Word, key: &Ident) -> String {
         .filter(|p| !matches!(p.kind, Kind::List(_)))
         .map(|p| format!("`{}`", p.name))
         .collect();
-    match names.is_empty() {
+    let message = match names.is_empty() {
         true => format!("`{name}` has no argument `{key}`: write `{usage}`"),
         false => format!(
             "`{name}` has no argument `{key}`; it takes {}",
             either(names)
         ),
-    }
+    };
+    (message, None)
 }
 
 /// A positional argument with no place: a named param written without
-/// its value (`cache` for `cache = …`, whose index comes back so it is
-/// not reported missing too), or one too many.
-fn unexpected(word: &Word, arg: &Arg) -> (String, Option<usize>) {
-    let (name, usage) = (word.name, word.usage);
+/// its value (`cache` for `cache = …`), a misspelt flag, or one too many.
+/// The param it was meant for, if any, comes back too, so that it is not
+/// reported missing as well.
+fn unexpected(word: &Word, arg: &Arg, written: usize) -> (String, Option<usize>) {
+    let (name, usage, params) = (word.name, word.usage, word.params);
     let named = arg
         .ident()
-        .and_then(|id| word.params.iter().position(|p| id == p.name));
-    let message = match (named, near_flag(word, arg)) {
+        .and_then(|id| params.iter().position(|p| id == p.name))
+        .filter(|&i| params[i].position.is_none());
+    // Words whose every argument has a place (`grad(enabled)`,
+    // `checkpoint` has flags too): the count says it.
+    let counted = params
+        .iter()
+        .all(|p| p.position.is_some() && !matches!(p.kind, Kind::List(_)));
+    let near = near_flag(word, arg);
+    let message = match (named, near) {
         (Some(i), _) => {
-            let p = word.params[i].name;
+            let p = params[i].name;
             format!("`{p}` of `{name}` needs a value: write `{p} = …`")
         }
         (None, Some(flag)) => format!(
             "`{name}` has no argument `{}` (did you mean `{flag}`?)",
             arg.ident().map(ToString::to_string).unwrap_or_default()
         ),
+        (None, None) if counted => format!(
+            "`{name}` takes {}, found {written}: write `{usage}`",
+            count(params.len())
+        ),
         (None, None) => format!("unexpected argument to `{name}`: write `{usage}`"),
     };
-    (message, named)
+    let meant = named.or_else(|| params.iter().position(|p| Some(p.name) == near));
+    (message, meant)
+}
+
+fn count(n: usize) -> String {
+    match n {
+        1 => "one argument".to_owned(),
+        n => format!("{n} arguments"),
+    }
 }
 
 /// The flag or bare word a bare identifier misspells, if any.
@@ -331,137 +335,6 @@ fn near_flag(word: &Word, arg: &Arg) -> Option<&'static str> {
         .filter(|p| matches!(p.kind, Kind::Flag | Kind::Bare))
         .find(|p| p.name != id && strsim::levenshtein(&id, p.name) <= 2)
         .map(|p| p.name)
-}
-
-/// `value` as one of `choice`'s words: our spelling, at the written token.
-fn choose(word: &Word, choice: &Choice, value: &Expr) -> syn::Result<Ident> {
-    let name = word.name;
-    let what = choice.what;
-    // Over the whole value (`Kind::Half`, `1 + 1`), not its first token.
-    let fixed = || {
-        syn::Error::new_spanned(
-            value,
-            format!(
-                "the {what} of `{name}` is a word, fixed at compile time: write {}",
-                choice.list()
-            ),
-        )
-    };
-    // What was written, the word to look up, whether it may stand as
-    // written, and its one token (`None`: point at the whole value). A
-    // path (tch's `Kind::Half`) is looked up by its last segment, so it is
-    // told our word, but never taken.
-    let (written, word_part, exact, span) = match value {
-        Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => {
-            let Some(last) = p.path.segments.last() else {
-                return Err(fixed());
-            };
-            let segments: Vec<String> = p
-                .path
-                .segments
-                .iter()
-                .map(|s| s.ident.to_string())
-                .collect();
-            let lead = if p.path.leading_colon.is_some() {
-                "::"
-            } else {
-                ""
-            };
-            let written = format!("{lead}{}", segments.join("::"));
-            match p.path.get_ident() {
-                Some(id) => (written, id.to_string(), true, Some(id.span())),
-                None => (written, last.ident.to_string(), false, None),
-            }
-        }
-        Expr::Lit(l) => match &l.lit {
-            Lit::Str(s) => (s.value(), s.value(), choice.strings, Some(s.span())),
-            _ => return Err(fixed()),
-        },
-        _ => return Err(fixed()),
-    };
-    let message = match choice.find(&word_part) {
-        Some(ours) if ours == written && exact => {
-            let span = span.unwrap_or_else(|| value.span());
-            return Ok(Ident::new(ours, span));
-        }
-        Some(ours) if ours == written => format!("write `{ours}` without quotes"),
-        Some(ours) => format!("`{written}` is spelled `{ours}` here"),
-        None if written != word_part => return Err(fixed()),
-        None => format!(
-            "`{written}` is not a {what} of `{name}`: write {}",
-            choice.list()
-        ),
-    };
-    Err(match span {
-        Some(span) => syn::Error::new(span, message),
-        None => syn::Error::new_spanned(value, message),
-    })
-}
-
-/// Adds one word to a `List` param's array, refusing any other value and
-/// a word listed twice.
-fn add_to_list(
-    word: &Word,
-    choice: &Choice,
-    slot: &mut Option<Given>,
-    value: &Expr,
-    index: usize,
-) -> syn::Result<()> {
-    let ours = choose(word, choice, value)?;
-    let Some(given) = slot else {
-        let at = ours.span();
-        *slot = Some(Given {
-            value: syn::parse_quote!([#ours]),
-            at,
-            index,
-        });
-        return Ok(());
-    };
-    if words(&given.value).contains(&ours) {
-        return Err(syn::Error::new(
-            ours.span(),
-            format!("`{ours}` is listed twice in `{}`; keep one", word.name),
-        ));
-    }
-    if let Expr::Array(a) = &mut given.value {
-        a.elems.push(syn::parse_quote!(#ours));
-    }
-    Ok(())
-}
-
-/// The value written for `param`, if any.
-pub(crate) fn value<'a>(word: &Word, values: &'a Values, param: &str) -> Option<&'a Expr> {
-    let i = word.params.iter().position(|p| p.name == param)?;
-    values.get(i)?.as_ref()
-}
-
-/// `RT::__private::<word>(flag)` for a word with one optional flag
-/// (`deterministic(warn_only)`), `default` when it is absent.
-pub(crate) fn one_flag<const DEFAULT: bool>(
-    word: &Word,
-    item: &Item,
-    cx: &Cx,
-) -> syn::Result<TokenStream> {
-    let values = options(word, item)?;
-    let flag = values
-        .into_iter()
-        .next()
-        .flatten()
-        .unwrap_or_else(|| syn::parse_quote!(#DEFAULT));
-    Ok(private_call(word, item, cx, &[flag]))
-}
-
-/// `RT::__private::<word>()` written bare, `RT::__private::<word>_set(x)`
-/// with its one optional argument (`inference_mode(false)`).
-pub(crate) fn bare_or_set(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let values = options(word, item)?;
-    let Some(value) = values.into_iter().next().flatten() else {
-        return Ok(private_call(word, item, cx, &[] as &[Expr]));
-    };
-    let span = item.name.span();
-    let private = cx.private(span);
-    let f = syn::Ident::new(&format!("{}_set", word.name), span);
-    Ok(quote_spanned!(span=> #private::#f(#value)))
 }
 
 fn is_str_lit(e: &Expr) -> bool {

@@ -4,18 +4,18 @@
 
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote, quote_spanned};
-use syn::spanned::Spanned;
 
-use super::forms::{self, Values};
-use crate::ast::Item;
-use crate::word::{Cx, DefaultName, Word};
+use super::forms;
+use crate::errors::Errors;
+use crate::expand::cx::{Cx, DefaultName};
+use crate::word::Checked;
 
 /// The measurement's name, a `&'static str` expression: the one written,
 /// the function's path, `module::Type::method` for a method, or the
 /// place of a `scoped!` (module, line and column: two on one line differ).
-fn name(word: &Word, item: &Item, values: &Values, cx: &Cx) -> TokenStream {
-    let span = item.name.span();
-    match (forms::value(word, values, "name"), &cx.default_name) {
+fn name(checked: &Checked, cx: &Cx) -> TokenStream {
+    let span = checked.span;
+    match (checked.value("name"), &cx.default_name) {
         (Some(name), _) => name.into_token_stream(),
         (None, Some(DefaultName::Function(name))) => name.clone(),
         (None, Some(DefaultName::Method(method))) => {
@@ -45,12 +45,10 @@ fn name(word: &Word, item: &Item, values: &Values, cx: &Cx) -> TokenStream {
 /// The `&'static Site` of a `timed`: a `static` per use, found by the
 /// registry without hashing the name; a method's is made at its first
 /// run, when `Self`'s name is known.
-fn site(word: &Word, item: &Item, values: &Values, cx: &Cx) -> TokenStream {
-    let span = item.name.span();
+fn site(checked: &Checked, cx: &Cx) -> TokenStream {
+    let span = checked.span;
     let private = cx.private(span);
-    if let (None, Some(DefaultName::Method(method))) =
-        (forms::value(word, values, "name"), &cx.default_name)
-    {
+    if let (None, Some(DefaultName::Method(method))) = (checked.value("name"), &cx.default_name) {
         let method = method.to_string();
         return quote_spanned! {span=> {
             static __TCH_SCOPE_SITE: #private::MethodSite = #private::MethodSite::new();
@@ -61,51 +59,51 @@ fn site(word: &Word, item: &Item, values: &Values, cx: &Cx) -> TokenStream {
             )
         }};
     }
-    let name = name(word, item, values, cx);
+    let name = name(checked, cx);
     quote_spanned! {span=> {
         static __TCH_SCOPE_SITE: #private::Site = #private::Site::new(#name);
         &__TCH_SCOPE_SITE
     }}
 }
 
+/// `sync` and `events` are two ways to time CUDA work: one at most.
+pub(crate) fn check_timed(checked: &Checked, errors: &mut Errors) {
+    if let (Some(_), Some(events)) = (checked.given("sync"), checked.given("events")) {
+        errors.push(syn::Error::new(
+            events.at,
+            "`sync` and `events` are two ways to time CUDA work (a device-wide \
+             synchronise, or CUDA events on the current stream); keep one",
+        ));
+    }
+}
+
 /// `timed(site, sync)`: one static call site per use, so the registry
 /// finds its slot without hashing the name.
-pub(crate) fn timed(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let values = forms::options(word, item)?;
-    let span = item.name.span();
+pub(crate) fn timed(checked: &Checked, cx: &Cx) -> TokenStream {
+    let span = checked.span;
     let private = cx.private(span);
-    let site = site(word, item, &values, cx);
-    let sync = match (
-        forms::value(word, &values, "sync"),
-        forms::value(word, &values, "events"),
-    ) {
-        (Some(_), Some(events)) => {
-            return Err(syn::Error::new(
-                events.span(),
-                "`sync` and `events` are two ways to time CUDA work (a device-wide \
-                 synchronise, or CUDA events on the current stream); keep one",
-            ));
-        }
-        (Some(flag), None) => quote_spanned!(span=> #private::sync_flag(#flag)),
+    let site = site(checked, cx);
+    let sync = match (checked.value("sync"), checked.value("events")) {
+        (Some(flag), _) => quote_spanned!(span=> #private::sync_flag(#flag)),
         (None, Some(flag)) => quote_spanned!(span=> #private::events_flag(#flag)),
         (None, None) => quote_spanned!(span=> #private::SyncMode::Auto),
     };
-    Ok(quote_spanned!(span=> #private::timed(#site, #sync)))
+    quote_spanned!(span=> #private::timed(#site, #sync))
 }
 
 /// `memory_scope` and `tensor_memory`: a name, written or the default.
-pub(crate) fn memory_scope(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let values = forms::options(word, item)?;
-    let name = name(word, item, &values, cx);
-    Ok(forms::private_call(word, item, cx, &[name]))
+pub(crate) fn memory_scope(checked: &Checked, cx: &Cx) -> TokenStream {
+    let name = name(checked, cx);
+    forms::private_call(checked, cx, &[name])
 }
 
-pub(crate) fn gpu_memory_scope(word: &Word, item: &Item, cx: &Cx) -> syn::Result<TokenStream> {
-    let values = forms::options(word, item)?;
-    let name = name(word, item, &values, cx);
-    let device = forms::value(word, &values, "device")
+pub(crate) fn gpu_memory_scope(checked: &Checked, cx: &Cx) -> TokenStream {
+    let name = name(checked, cx);
+    let device = checked
+        .value("device")
         .map_or_else(|| quote!(0usize), ToTokens::into_token_stream);
-    let empty = forms::value(word, &values, "empty_cache")
+    let empty = checked
+        .value("empty_cache")
         .map_or_else(|| quote!(true), ToTokens::into_token_stream);
-    Ok(forms::private_call(word, item, cx, &[name, device, empty]))
+    forms::private_call(checked, cx, &[name, device, empty])
 }

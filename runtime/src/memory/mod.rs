@@ -3,9 +3,9 @@
 //! tensor storage one thread allocates and frees), reporting to
 //! [`crate::report`] and as a [`MemoryReport`] value.
 //!
-//! Both peaks are device- or process-wide counters that can only be reset,
-//! so the naive pattern (reset at entry, read at exit) lets an inner scope
-//! wipe out its outer scope's peak. [`peak::Tracker`] keeps, per device, the
+//! The CUDA and resident peaks are device- or process-wide counters that
+//! can only be reset, so the naive pattern (reset at entry, read at exit)
+//! lets an inner scope wipe out its outer scope's peak. [`peak::Tracker`] keeps, per device, the
 //! open scopes' running peaks: before any reset it folds the counter's
 //! current peak into every open scope, so each scope — nested, sibling, or
 //! on another thread — reports its own true peak. `tensor_memory` needs no

@@ -285,7 +285,7 @@ pub(crate) fn record_memory(r: &MemoryReport) {
 #[inline(always)]
 pub(crate) fn record_time_metrics(site: &Site, ns: u64, outcome: Outcome) {
     #[cfg(feature = "metrics")]
-    metrics::time(site.row_name(), ns, outcome);
+    metrics::time(site.id(), site.row_name(), ns, outcome);
     #[cfg(not(feature = "metrics"))]
     let _ = (site, ns, outcome);
 }
