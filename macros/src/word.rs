@@ -28,6 +28,11 @@ pub(crate) struct Word {
     pub(crate) repeat: bool,
     /// What it does in async code.
     pub(crate) awaits: Awaits,
+    /// Whether it sets state of the whole process (a `Registry` of leases
+    /// in the runtime, its guard `!Send`): the lists of such words in the
+    /// README, the crate docs and docs/words.md are checked against it.
+    #[cfg_attr(not(test), allow(dead_code, reason = "read by the table's tests"))]
+    pub(crate) process_wide: bool,
     /// Whether it ends the scope with an error of its own (`deadline`):
     /// the body runs as a closure under `catch_unwind`, so `return`,
     /// `break` and `continue` out of a `scoped!` body are compile errors.

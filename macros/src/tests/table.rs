@@ -254,3 +254,53 @@ fn the_crate_doc_lists_every_word() {
         );
     }
 }
+
+/// The process-wide words, as the prose lists them: each list starts with
+/// `` `seed`, `fork_rng` `` and ends with `` and `last` ``.
+fn prose_lists(doc: &str) -> Vec<Vec<String>> {
+    let lines: Vec<&str> = doc
+        .lines()
+        .map(|l| l.trim_start_matches("//!").trim())
+        .collect();
+    let mut lists = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if !line.starts_with("`seed`, `fork_rng`") {
+            continue;
+        }
+        let text = lines[i..(i + 3).min(lines.len())].join(" ");
+        let and = text.find("` and `").expect("a list ends with `and`");
+        let end = and + 7 + text[and + 7..].find('`').expect("its last word");
+        let words = text[..end]
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect();
+        lists.push(words);
+    }
+    lists
+}
+
+#[test]
+fn every_list_of_process_wide_words_is_the_tables() {
+    let mut want: Vec<&str> = WORDS
+        .iter()
+        .filter(|w| w.process_wide)
+        .map(|w| w.name)
+        .collect();
+    want.sort_unstable();
+    let words_md = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/words.md"));
+    for (doc, name, count) in [
+        (README, "README.md", 1),
+        (RUNTIME_LIB, "runtime/src/lib.rs", 2),
+        (words_md, "docs/words.md", 1),
+    ] {
+        let lists = prose_lists(doc);
+        assert_eq!(lists.len(), count, "lists of process-wide words in {name}");
+        for list in lists {
+            let mut got: Vec<&str> = list.iter().map(String::as_str).collect();
+            got.sort_unstable();
+            assert_eq!(got, want, "the process-wide words listed in {name}");
+        }
+    }
+}

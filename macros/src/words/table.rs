@@ -21,6 +21,7 @@ const BASE: Word = Word {
     conflict: Conflict::None,
     repeat: false,
     awaits: Awaits::EachPoll,
+    process_wide: false,
     catches: false,
     fails: false,
     feature: None,
@@ -237,6 +238,7 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "seed",
+        process_wide: true,
         usage: "seed(n)",
         doc: "RNG seeded, restored on exit; `devices = [..]`: only those CUDA generators",
         params: &[Param::positional("n", 0), DEVICES],
@@ -252,6 +254,7 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "fork_rng",
+        process_wide: true,
         usage: "fork_rng(devices = [..])",
         doc: "RNG state restored on exit; bare: every generator",
         params: &[DEVICES],
@@ -267,6 +270,7 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "threads",
+        process_wide: true,
         usage: "threads(n)",
         doc: "intra-op thread count, restored on exit",
         params: &[Param::positional("n", 0)],
@@ -351,6 +355,7 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "detect_anomaly",
+        process_wide: true,
         usage: "detect_anomaly(check_nan = false)",
         doc: "autograd anomaly detection",
         params: &[Param::flag("check_nan")],
@@ -362,6 +367,7 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "deterministic",
+        process_wide: true,
         usage: "deterministic(warn_only)",
         doc: "deterministic algorithms",
         params: &[Param::flag("warn_only")],
@@ -377,6 +383,7 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "matmul_precision",
+        process_wide: true,
         usage: "matmul_precision(\"high\")",
         doc: "float32 matmul precision, `\"highest\"`, `\"high\"` or `\"medium\"`",
         params: &[Param::positional("precision", 0)],
@@ -393,6 +400,7 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "tf32",
+        process_wide: true,
         usage: "tf32(flag)",
         doc: "TF32 in cuBLAS float32 matmuls",
         params: &[Param::positional("allow", 0)],
@@ -404,6 +412,7 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "cudnn",
+        process_wide: true,
         usage: "cudnn(enabled = b, benchmark = b, deterministic = b, allow_tf32 = b)",
         doc: "cuDNN's flags, each optional",
         params: &[
@@ -434,6 +443,7 @@ pub(crate) const WORDS: &[Word] = &[
     },
     Word {
         name: "sdpa",
+        process_wide: true,
         usage: "sdpa(math, flash, mem_efficient, cudnn)",
         doc: "only these attention backends",
         params: &[Param {
