@@ -11,6 +11,11 @@ use std::marker::PhantomData;
 /// the macros and [`Scoped`](crate::Scoped) re-enter these scopes around
 /// every poll instead of holding them across an `.await`.
 ///
+/// Unlike tracing's marker it is `!Sync` too, on purpose: some guards
+/// answer from the calling thread's state (`DeadlineGuard::passed` and
+/// `run` read the thread's deadline record), so a `&guard` used on another
+/// thread would answer for the wrong thread.
+///
 /// (The pattern of tracing's `PhantomNotSend`.)
 ///
 /// ```compile_fail
