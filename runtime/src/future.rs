@@ -105,22 +105,22 @@ impl<S: Scope, F: Future> Future for Scoped<S, F> {
 pub type SpannedError<P, S> = <<P as Scope>::Error as EntryError>::Or<<S as Scope>::Error>;
 
 pin_project! {
-    /// A future with two kinds of scope: `per_poll` is entered around every
-    /// poll (per-thread state: grad mode, the current device), `span` once,
-    /// at the first poll, inside `per_poll`, and left when the future
+    /// A future with two kinds of scope: `each_poll` is entered around every
+    /// poll (per-thread state: grad mode, the current device), `whole_future` once,
+    /// at the first poll, inside `each_poll`, and left when the future
     /// completes or is dropped (timers, seeds, checkpoints: state that must
     /// cover the whole future, like a Python `with` around an `await`).
-    /// Made by [`ScopeFutureExt::in_span`] and by the macros.
+    /// Made by [`ScopeFutureExt::in_scopes`] and by the macros.
     ///
     /// Dropped mid-flight, the future's locals are dropped inside both, and
-    /// then the span is left inside `per_poll`, as it was entered.
+    /// then `whole_future` is left inside `each_poll`, as it was entered.
     ///
-    /// The span's guard lives in the future, so the future is `Send` only
+    /// The `whole_future` guard lives in the future, so the future is `Send` only
     /// if that guard is.
     ///
     /// ```
     /// use tch_scope::{NoGrad, ScopeFutureExt, Timed, is_grad_enabled};
-    /// let fut = async { is_grad_enabled() }.in_span(NoGrad, Timed::new("doc::span"));
+    /// let fut = async { is_grad_enabled() }.in_scopes(NoGrad, Timed::new("doc::span"));
     /// # let mut f = std::pin::pin!(fut);
     /// # let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     /// # let out = loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { break v; } };
@@ -130,8 +130,8 @@ pin_project! {
     #[must_use = "futures do nothing unless polled"]
     #[project = SpannedProj]
     pub struct Spanned<P: Scope, S: Scope, F> {
-        per_poll: P,
-        span: S,
+        each_poll: P,
+        whole_future: S,
         #[pin]
         future: ManuallyDrop<F>,
         guard: Option<S::Guard>,
@@ -143,7 +143,7 @@ pin_project! {
     impl<P: Scope, S: Scope, F> PinnedDrop for Spanned<P, S, F> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            let _outer = if *this.live { this.per_poll.enter().ok() } else { None };
+            let _outer = if *this.live { this.each_poll.enter().ok() } else { None };
             if let Some(g) = this.guard.as_mut() {
                 S::resume(g);
             }
@@ -155,11 +155,11 @@ pin_project! {
 }
 
 impl<P: Scope, S: Scope, F> Spanned<P, S, F> {
-    /// `future`, polled inside `per_poll`, with `span` entered once.
-    pub fn new(per_poll: P, span: S, future: F) -> Self {
+    /// `future`, polled inside `each_poll`, with `whole_future` entered once.
+    pub fn new(each_poll: P, whole_future: S, future: F) -> Self {
         Self {
-            per_poll,
-            span,
+            each_poll,
+            whole_future,
             future: ManuallyDrop::new(future),
             guard: None,
             started: false,
@@ -188,7 +188,7 @@ impl<P: Scope, S: Scope, F: Future> Future for Spanned<P, S, F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let outer = match this.per_poll.enter() {
+        let outer = match this.each_poll.enter() {
             Ok(g) => g,
             Err(e) => return Poll::Ready(Err(e.or::<S::Error>())),
         };
@@ -198,7 +198,7 @@ impl<P: Scope, S: Scope, F: Future> Future for Spanned<P, S, F> {
             }
         } else {
             *this.started = true;
-            match this.span.enter() {
+            match this.whole_future.enter() {
                 Ok(g) => *this.guard = Some(g),
                 Err(e) => return Poll::Ready(Err(<P::Error as EntryError>::or_from(e))),
             }
@@ -207,7 +207,7 @@ impl<P: Scope, S: Scope, F: Future> Future for Spanned<P, S, F> {
         let out = inner(this.future).poll(cx);
         if out.is_pending() {
             if let Some(g) = this.guard.as_mut() {
-                // Nothing of the span stays entered on this thread while
+                // Nothing of `whole_future` stays entered on this thread while
                 // the future waits (tracing's rule for `Instrumented`).
                 S::suspend(g);
             }
@@ -215,17 +215,17 @@ impl<P: Scope, S: Scope, F: Future> Future for Spanned<P, S, F> {
             return Poll::Pending;
         }
         *this.live = false;
-        // Leave the span before the per-poll scopes, as entered.
-        let span = this.guard.take();
+        // Leave `whole_future` before the per-poll scopes, as entered.
+        let whole = this.guard.take();
         if *this.hand_exit && (S::EXIT_CAN_FAIL || P::EXIT_CAN_FAIL) {
             if let Err(e) = crate::exit::catching(move || {
-                drop(span);
+                drop(whole);
                 drop(outer);
             }) {
                 crate::exit::hand_over(e);
             }
         } else {
-            drop(span);
+            drop(whole);
             drop(outer);
         }
         out.map(Ok)
@@ -245,10 +245,17 @@ pub trait ScopeFutureExt: Future + Sized {
         Scoped::new(scope, self)
     }
 
-    /// Wraps `self` so that `per_poll` is entered around each poll and
-    /// `span` once, for the whole future: see [`Spanned`].
-    fn in_span<P: Scope, S: Scope>(self, per_poll: P, span: S) -> Spanned<P, S, Self> {
-        Spanned::new(per_poll, span, self)
+    /// Wraps `self` so that `each_poll` is entered around each poll and
+    /// `whole_future` once, for the whole future: see [`Spanned`]. The
+    /// macros' `EachPoll` and `WholeFuture` words, by hand.
+    fn in_scopes<P: Scope, S: Scope>(self, each_poll: P, whole_future: S) -> Spanned<P, S, Self> {
+        Spanned::new(each_poll, whole_future, self)
+    }
+
+    /// The former name of [`in_scopes`](ScopeFutureExt::in_scopes).
+    #[deprecated(note = "renamed `in_scopes(each_poll, whole_future)`")]
+    fn in_span<P: Scope, S: Scope>(self, each_poll: P, whole_future: S) -> Spanned<P, S, Self> {
+        Spanned::new(each_poll, whole_future, self)
     }
 }
 

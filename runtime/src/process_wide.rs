@@ -31,7 +31,7 @@
 //! an async task is one holder across the threads it moves between (and
 //! the synchronous code it runs inside a poll nests in it), and two tasks
 //! interleaved on one thread are two holders. A guard held by hand across
-//! an `.await` (not through the macros or `in_span`) stays active on the
+//! an `.await` (not through the macros or `in_scopes`) stays active on the
 //! thread that entered it, so a task polled there meanwhile would count as
 //! nested in it.
 
