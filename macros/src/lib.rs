@@ -26,6 +26,7 @@ mod bang;
 mod body;
 mod errors;
 mod expand;
+mod recompute;
 mod valid;
 mod word;
 mod words;
@@ -289,4 +290,13 @@ pub fn sdpa(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn stream(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("stream"), args.into(), item.into()).into()
+}
+
+/// Activation recomputation (`torch.utils.checkpoint`, random state kept):
+/// the function's `&Tensor` parameters are the inputs, the others are
+/// captured; it returns a `Tensor` or a tuple of them. See
+/// `tch_scope::autograd::recompute`.
+#[proc_macro_attribute]
+pub fn recompute(args: TokenStream, item: TokenStream) -> TokenStream {
+    recompute::attribute(args.into(), item.into()).into()
 }

@@ -30,5 +30,8 @@
 // CUDA streams and events (stream.cpp).
 #include "stream.h"
 
+// Custom autograd functions written in Rust (autograd.cpp).
+#include "autograd.h"
+
 // c10d process groups for the `distributed` scope (distributed.cpp).
 #include "distributed.h"

@@ -154,6 +154,7 @@
 #![cfg_attr(not(feature = "distributed"), allow(rustdoc::broken_intra_doc_links))]
 #![warn(missing_docs)]
 
+pub mod autograd;
 mod clock;
 mod context;
 pub mod cuda;
@@ -237,6 +238,7 @@ pub use tch_scope_macros::{device, enable_grad, eval, grad, inference_mode, no_g
 pub use tch_scope_macros::{gpu_memory_scope, memory_scope, tensor_memory, timed};
 
 pub use tch_scope_macros::deadline;
+pub use tch_scope_macros::recompute;
 
 /// Runs a block inside a list of scopes: `scoped!(SCOPES => BODY)`.
 ///

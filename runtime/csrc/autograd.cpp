@@ -1,0 +1,258 @@
+// Custom autograd functions written in Rust (autograd.h).
+//
+// The node is a subclass of libtorch's `CppNode` (what
+// `torch::autograd::Function<T>` makes), so the engine, saved variables,
+// `mark_dirty` / `mark_non_differentiable` and output wrapping
+// (`_wrap_outputs`) behave exactly as for a C++ custom function; it
+// overrides `name()` (the Rust type's name, in the engine's messages) and
+// `apply()` (materializes absent gradients, then calls Rust). Apply is split
+// in two around the forward, which the Rust side runs itself with grad mode
+// off: begin (node, edges, input metadata) and finish (wrap outputs, save
+// variables), the steps of `Function<T>::apply`.
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "autograd.h"
+#include "common.h"
+
+namespace {
+
+using torch::autograd::variable_list;
+using torch::autograd::Variable;
+
+// Only the type CppNode is instantiated with; RustNode::apply replaces the
+// generic apply that would call this backward.
+struct RustTag : torch::autograd::Function<RustTag> {
+  static variable_list backward(torch::autograd::AutogradContext*, variable_list) {
+    TORCH_CHECK(false, "tch-scope: a Rust custom function's node was applied generically");
+  }
+};
+
+struct Out {
+  variable_list grads;
+  std::string error;
+};
+
+struct RustNode final : torch::autograd::CppNode<RustTag> {
+  std::string name_;
+  bool executable_ = false;
+  bool materialize_ = true;
+  // The inputs, between begin and finish only.
+  variable_list inputs_;
+  void* state_ = nullptr;
+  tch_scope_autograd_backward_fn backward_ = nullptr;
+  tch_scope_autograd_drop_fn drop_ = nullptr;
+
+  RustNode() = default;
+  RustNode(const RustNode&) = delete;
+  RustNode& operator=(const RustNode&) = delete;
+
+  ~RustNode() override {
+    if (state_ != nullptr && drop_ != nullptr) drop_(state_);
+  }
+
+  std::string name() const override { return name_; }
+
+  variable_list apply(variable_list&& grads) override {
+    // As CppNode::apply: Rust's backward may read the context.
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(state_ != nullptr && backward_ != nullptr, "tch-scope: the node of ", name_,
+                " has no backward");
+    at::OptionalDeviceGuard device_guard;
+    std::vector<void*> handles;
+    handles.reserve(grads.size());
+    // Until Rust takes them, the handles are ours.
+    struct Handles {
+      std::vector<void*>& h;
+      bool given = false;
+      ~Handles() {
+        if (!given)
+          for (void* p : h) delete static_cast<at::Tensor*>(p);
+      }
+    } owned{handles};
+    for (size_t i = 0; i < grads.size(); ++i) {
+      at::Tensor g;
+      if (grads[i].defined() || !materialize_) {
+        g = std::move(grads[i]);
+      } else {
+        TORCH_CHECK(i < output_info_.size(), "tch-scope: ", name_, " got more gradients than outputs");
+        g = output_info_[i].zeros(device_guard);
+      }
+      handles.push_back(new at::Tensor(std::move(g)));
+    }
+    Out out;
+    owned.given = true;
+    int32_t rc = backward_(state_, handles.data(), handles.size(), &out);
+    if (rc != 0) {
+      // c10::Error without a C++ backtrace: the message is Rust's.
+      throw c10::Error(out.error.empty() ? "backward of " + name_ + " failed" : out.error);
+    }
+    TORCH_CHECK(out.grads.size() == is_variable_input_.size(), "function ", name_,
+                " returned an incorrect number of gradients (expected ", is_variable_input_.size(),
+                ", got ", out.grads.size(), ")");
+    return std::move(out.grads);
+  }
+};
+
+RustNode* node_of(void* p) { return static_cast<RustNode*>(p); }
+const RustNode* node_of(const void* p) { return static_cast<const RustNode*>(p); }
+
+variable_list tensors(void* const* ts, size_t n) {
+  variable_list out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(*static_cast<const at::Tensor*>(ts[i]));
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+tch_scope_status tch_scope_autograd_begin(const char* name, void* const* inputs, size_t n, void** node,
+                                          bool* executable) {
+  return tch_scope::guarded([&] {
+    auto rn = c10::make_intrusive<RustNode>();
+    rn->name_ = name;
+    variable_list input_vars = tensors(inputs, n);
+    rn->is_variable_input_.assign(n, true);
+    bool exec = at::GradMode::is_enabled() && torch::autograd::any_variable_requires_grad(input_vars);
+    auto edges = exec ? torch::autograd::collect_next_edges(input_vars) : torch::autograd::edge_list();
+    rn->set_ctx_grad_fn(rn);
+    rn->set_next_edges(std::move(edges));
+    rn->clear_input_metadata();
+    rn->input_info_.reserve(n);
+    for (auto& var : input_vars) rn->input_info_.emplace_back(var);
+    rn->inputs_ = std::move(input_vars);
+    rn->executable_ = exec;
+    *executable = exec;
+    *node = rn.release();
+  });
+}
+
+tch_scope_status tch_scope_autograd_finish(void* node, void* const* outputs, size_t n, void* state,
+                                           tch_scope_autograd_backward_fn backward,
+                                           tch_scope_autograd_drop_fn drop, void** wrapped) {
+  // Owned from here on, even if the rest fails.
+  RustNode* rn = node_of(node);
+  rn->state_ = state;
+  rn->backward_ = backward;
+  rn->drop_ = drop;
+  return tch_scope::guarded([&] {
+    auto self = c10::intrusive_ptr<RustNode>::unsafe_reclaim_from_nonowning(rn);
+    std::vector<std::optional<Variable>> raw;
+    raw.reserve(n);
+    for (size_t i = 0; i < n; ++i) raw.emplace_back(*static_cast<const at::Tensor*>(outputs[i]));
+    torch::autograd::_jvp_fn_t jvp_fn = [](const variable_list&, const variable_list&) -> variable_list {
+      TORCH_CHECK(false, "forward-mode AD (jvp) is not implemented for tch-scope custom functions");
+    };
+    auto view_as_self_fn = [](const at::Tensor& x) -> at::Tensor { return x.view_as(x); };
+    bool exec = rn->executable_;
+    c10::intrusive_ptr<torch::autograd::Node> cdata;
+    if (exec) cdata = self;
+    auto out = torch::autograd::_wrap_outputs(rn->inputs_, rn->ctx_.get_non_differentiable(),
+                                              rn->ctx_.get_and_bump_dirty(), raw, cdata, jvp_fn, {},
+                                              view_as_self_fn, false);
+    rn->inputs_.clear();
+    if (exec) {
+      rn->output_info_.reserve(out.size());
+      for (auto& o : out) {
+        if (o.has_value()) {
+          rn->output_info_.emplace_back(o.value());
+        } else {
+          rn->output_info_.emplace_back();
+        }
+      }
+      rn->save_variables_to_ctx();
+    }
+    // All or nothing: no handle leaks if an allocation fails halfway.
+    std::vector<std::unique_ptr<at::Tensor>> made;
+    made.reserve(out.size());
+    for (auto& o : out) made.push_back(std::make_unique<at::Tensor>(o.has_value() ? *o : at::Tensor()));
+    for (size_t i = 0; i < made.size(); ++i) wrapped[i] = made[i].release();
+  });
+}
+
+void tch_scope_autograd_node_free(void* node) {
+  // Drops the reference begin made (release() kept it).
+  c10::intrusive_ptr<RustNode>::reclaim(node_of(node));
+}
+
+tch_scope_status tch_scope_autograd_save_for_backward(void* node, void* const* ts, size_t n) {
+  return tch_scope::guarded([&] { node_of(node)->ctx_.save_for_backward(tensors(ts, n)); });
+}
+
+tch_scope_status tch_scope_autograd_mark_dirty(void* node, void* const* ts, size_t n) {
+  return tch_scope::guarded([&] { node_of(node)->ctx_.mark_dirty(tensors(ts, n)); });
+}
+
+tch_scope_status tch_scope_autograd_mark_non_differentiable(void* node, void* const* ts, size_t n) {
+  return tch_scope::guarded([&] { node_of(node)->ctx_.mark_non_differentiable(tensors(ts, n)); });
+}
+
+void tch_scope_autograd_set_materialize_grads(void* node, bool value) {
+  node_of(node)->materialize_ = value;
+}
+
+tch_scope_status tch_scope_autograd_needs_input_grad(const void* node, size_t i, bool* out) {
+  return tch_scope::guarded([&] {
+    const RustNode* rn = node_of(node);
+    TORCH_CHECK(i < rn->is_variable_input_.size(), "needs_input_grad(", i, ") of ", rn->name_, ": it has ",
+                rn->is_variable_input_.size(), " inputs");
+    *out = rn->executable_ && rn->ctx_.needs_input_grad(i);
+  });
+}
+
+tch_scope_status tch_scope_autograd_saved(const void* node, void** out, size_t cap, size_t* n) {
+  return tch_scope::guarded([&] {
+    variable_list saved = node_of(node)->ctx_.get_saved_variables();
+    *n = saved.size();
+    if (saved.size() > cap) return;
+    std::vector<std::unique_ptr<at::Tensor>> made;
+    made.reserve(saved.size());
+    for (auto& t : saved) made.push_back(std::make_unique<at::Tensor>(std::move(t)));
+    for (size_t i = 0; i < made.size(); ++i) out[i] = made[i].release();
+  });
+}
+
+tch_scope_status tch_scope_autograd_out_push(void* out, const void* tensor) {
+  return tch_scope::guarded([&] {
+    auto* o = static_cast<Out*>(out);
+    o->grads.push_back(tensor == nullptr ? at::Tensor() : *static_cast<const at::Tensor*>(tensor));
+  });
+}
+
+void tch_scope_autograd_out_fail(void* out, const char* msg, size_t len) {
+  try {
+    static_cast<Out*>(out)->error.assign(msg, len);
+  } catch (...) {
+  }
+}
+
+tch_scope_status tch_scope_autograd_backward(void* const* ts, void* const* grads, size_t n, bool retain_graph,
+                                             bool create_graph) {
+  return tch_scope::guarded(
+      [&] { torch::autograd::backward(tensors(ts, n), tensors(grads, n), retain_graph, create_graph); });
+}
+
+tch_scope_status tch_scope_autograd_grad(void* const* outputs, void* const* grad_outputs, size_t n_outputs,
+                                         void* const* inputs, size_t n_inputs, bool retain_graph,
+                                         bool create_graph, void** out) {
+  return tch_scope::guarded([&] {
+    auto g = torch::autograd::grad(tensors(outputs, n_outputs), tensors(inputs, n_inputs),
+                                   tensors(grad_outputs, n_outputs), retain_graph, create_graph,
+                                   /*allow_unused=*/true);
+    TORCH_CHECK(g.size() == n_inputs, "autograd::grad returned ", g.size(), " gradients for ", n_inputs,
+                " inputs");
+    std::vector<std::unique_ptr<at::Tensor>> made;
+    made.reserve(n_inputs);
+    for (auto& t : g) made.push_back(std::make_unique<at::Tensor>(std::move(t)));
+    for (size_t i = 0; i < made.size(); ++i) out[i] = made[i].release();
+  });
+}
+
+}  // extern "C"
