@@ -35,6 +35,7 @@ const SHIM: &[&str] = &[
     "csrc/deadline.cpp",
     "csrc/context.cpp",
     "csrc/cuda_link.cpp",
+    "csrc/aoti.cpp",
     "csrc/autograd.cpp",
 ];
 /// With the `distributed` feature, into the same archive.

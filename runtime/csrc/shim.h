@@ -35,3 +35,6 @@
 
 // c10d process groups for the `distributed` scope (distributed.cpp).
 #include "distributed.h"
+
+// AOTInductor packages (aoti.cpp).
+#include "aoti.h"

@@ -154,6 +154,7 @@
 #![cfg_attr(not(feature = "distributed"), allow(rustdoc::broken_intra_doc_links))]
 #![warn(missing_docs)]
 
+pub mod aoti;
 pub mod autograd;
 mod clock;
 mod context;
@@ -203,7 +204,7 @@ pub use scopes::grad::{
     EnableGrad, Grad, GradGuard, InferenceMode, InferenceModeGuard, NoGrad, SetInferenceMode,
     is_grad_enabled, is_inference_mode_enabled,
 };
-pub use scopes::inference::Inference;
+pub use scopes::inference::{Inference, Servable};
 pub use scopes::timer::{SyncMode, Timed, TimedGuard};
 pub use scopes::train::{Mode, ModeGuard, Trainable};
 pub use scopes::with_mode::WithMode;

@@ -2,14 +2,82 @@
 
 use std::mem::ManuallyDrop;
 
+use tch::TchError;
+
 use crate::scopes::train;
 use crate::{InferenceMode, Scope, ScopeError, Trainable};
+
+/// A model an [`Inference`] can serve: every [`Trainable`] model (whose
+/// modes are `Send + 'static`: [`tch::CModule`], [`tch::TrainableCModule`],
+/// [`WithMode`](crate::WithMode), your own), held in eval mode while
+/// served, and an AOTInductor [`Package`](crate::aoti::Package), which has
+/// no train/eval mode and is served as it is.
+///
+/// Sealed: a model type of your own is served by implementing
+/// [`Trainable`] for it (a model without modes: `type Modes = ()`, and
+/// methods that do nothing).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be served by `tch_scope::Inference`",
+    label = "`Inference::new` needs a `Trainable` model (with `Send + 'static` modes) or an `aoti::Package`",
+    note = "implement `tch_scope::Trainable` for `{Self}`, or wrap a `tch::nn` module in `tch_scope::WithMode::new(module)`"
+)]
+pub trait Servable: serve::Serve {}
+
+impl<M: serve::Serve + ?Sized> Servable for M {}
+
+mod serve {
+    use super::{ScopeError, TchError, Trainable, train};
+
+    /// What [`Inference`](crate::Inference) does to its model when it
+    /// begins and ends serving it. Not nameable outside the crate, and its
+    /// methods take a [`Token`] only the crate can make, so generic code
+    /// bounded by `Servable` can't call them either.
+    pub trait Serve {
+        /// Puts the model in the mode it is served in, and holds it there.
+        fn begin_serving(&self, _: Token) -> Result<(), ScopeError>;
+        /// Ends [`begin_serving`](Serve::begin_serving)'s hold.
+        fn end_serving(&self, _: Token) -> Result<(), TchError>;
+    }
+
+    /// Proof that the caller is this crate.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Token(pub(super) ());
+
+    impl<M: Trainable + ?Sized> Serve for M
+    where
+        M::Modes: Send + 'static,
+    {
+        fn begin_serving(&self, _: Token) -> Result<(), ScopeError> {
+            train::serve(self)
+        }
+
+        fn end_serving(&self, _: Token) -> Result<(), TchError> {
+            train::unserve(self)
+        }
+    }
+
+    /// No modes: served as it is. Its runs are `&self` and thread-safe.
+    impl Serve for crate::aoti::Package {
+        fn begin_serving(&self, _: Token) -> Result<(), ScopeError> {
+            Ok(())
+        }
+
+        fn end_serving(&self, _: Token) -> Result<(), TchError> {
+            Ok(())
+        }
+    }
+}
 
 /// A model in eval mode for serving: every submodule is put in eval mode
 /// once, by [`new`](Inference::new), and [`run`](Inference::run) calls the
 /// model under `inference_mode` without writing any flag, so many threads
-/// can share it in an `Arc` (it is `Send + Sync` for [`tch::CModule`], and
-/// for [`WithMode`](crate::WithMode) of a `Send + Sync` module).
+/// can share it in an `Arc` (it is `Send + Sync` for [`tch::CModule`],
+/// for [`WithMode`](crate::WithMode) of a `Send + Sync` module, and for an
+/// AOTInductor [`Package`](crate::aoti::Package)).
+///
+/// Any [`Servable`] model: a [`Trainable`] one is held in eval mode as
+/// below; a [`Package`](crate::aoti::Package) has no modes and is served
+/// as it is (`Inference::new(pkg)?.run(|m| m.run(&[&x]))`).
 ///
 /// This is the answer to a scope on a model that other threads run outside
 /// any scope (a race on the model's flags, see [`Mode`](crate::Mode)): the
@@ -62,20 +130,16 @@ use crate::{InferenceMode, Scope, ScopeError, Trainable};
 /// assert!(model.is_training()); // as it was before
 /// ```
 #[derive(Debug)]
-pub struct Inference<M: Trainable>
-where
-    M::Modes: Send + 'static,
-{
+pub struct Inference<M: Servable> {
     /// Taken only by `into_inner`, which forgets `self` afterwards.
     model: ManuallyDrop<Box<M>>,
 }
 
-impl<M: Trainable> Inference<M>
-where
-    M::Modes: Send + 'static,
-{
+impl<M: Servable> Inference<M> {
     /// Puts every submodule of `model` in eval mode (once) and holds it
-    /// there until the `Inference` is dropped or taken apart.
+    /// there until the `Inference` is dropped or taken apart; a model
+    /// without modes (an [`aoti::Package`](crate::aoti::Package)) is taken
+    /// as it is.
     ///
     /// # Errors
     /// A [`ScopeError`] if a `train(model)` scope on the model is open, or
@@ -83,7 +147,7 @@ where
     /// (and dropped).
     pub fn new(model: M) -> Result<Self, ScopeError> {
         let model = Box::new(model);
-        train::serve(&*model)?;
+        model.begin_serving(serve::Token(()))?;
         Ok(Self {
             model: ManuallyDrop::new(model),
         })
@@ -138,7 +202,7 @@ where
     }
 
     fn release(&self) {
-        if let Err(e) = train::unserve(&**self.model) {
+        if let Err(e) = self.model.end_serving(serve::Token(())) {
             crate::exit::report(
                 "Inference",
                 format_args!("could not restore the model's train/eval modes: {e}"),
@@ -147,10 +211,7 @@ where
     }
 }
 
-impl<M: Trainable> Drop for Inference<M>
-where
-    M::Modes: Send + 'static,
-{
+impl<M: Servable> Drop for Inference<M> {
     /// Ends the hold (the model's modes come back, as with
     /// [`into_inner`](Inference::into_inner)), then drops the model.
     fn drop(&mut self) {

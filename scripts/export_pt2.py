@@ -1,0 +1,145 @@
+"""Exports the small AOTInductor `.pt2` packages tests/aoti.rs loads, with
+PyTorch's own outputs as the expected values.
+
+    <venv>/bin/python scripts/export_pt2.py OUT_DIR
+
+Needs the bootstrap's torch and a C++ compiler (AOTInductor compiles the
+generated C++ into a shared library inside the package); about 40-60 s a
+model on 2 cores. tests/aoti.rs runs it once per machine into
+target/aoti/<torch version>-<hash of this script>/ and reads:
+
+  mlp.pt2     Linear 32->64 -> ReLU -> Linear 64->8, in eval mode, exported
+              for one float32 input of shape [4, 32]
+  mlp.json    the input, the output of PyTorch's own AOTI runner
+              (`torch._inductor.aoti_load_package(path)(x)`) on it, and the
+              eager model's output: every float32 as its bit pattern (an
+              int32), so the comparison is exact
+  wide.pt2    y = relu(x * 2 + 1) * x on a float32 [512, 1024]: one fused
+              loop large enough that Inductor parallelises it with OpenMP
+              (`#pragma omp parallel num_threads(N)`, N = this machine's
+              `torch.get_num_threads()` at export)
+  wide.json   its shapes (no values: they are large), and
+              `omp_num_threads`: the N written into its kernel (read back
+              from the package's C++ source)
+  cuda_key.pt2  mlp.pt2 with its metadata's AOTI_DEVICE_KEY rewritten to
+              "cuda": what a CUDA package looks like to a CPU-only loader
+              (compiling a real one needs a GPU machine's toolchain)
+
+The files are written to a temporary folder beside OUT_DIR and renamed into
+place at the end, so a reader sees all of them or none; an OUT_DIR that is
+already there is kept.
+"""
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import sys
+import tempfile
+import zipfile
+
+import torch
+from torch import nn
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(32, 64)
+        self.b = nn.Linear(64, 8)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+class Wide(nn.Module):
+    def forward(self, x):
+        return torch.relu(x * 2.0 + 1.0) * x
+
+
+def bits(t):
+    return t.contiguous().view(torch.int32).flatten().tolist()
+
+
+def export(name, model, x, out, record=True):
+    model.eval()
+    path = str(out / f"{name}.pt2")
+    with torch.no_grad():
+        ep = torch.export.export(model, (x,))
+        torch._inductor.aoti_compile_and_package(ep, package_path=path)
+        runner = torch._inductor.aoti_load_package(path)
+        got = runner(x)
+        eager = model(x)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    data = {"torch": torch.__version__, "input_shape": list(x.shape), "output_shape": list(got.shape)}
+    if record:
+        data["input_bits"] = bits(x)
+        data["runner_bits"] = bits(got)
+        data["eager_bits"] = bits(eager)
+    return path, data
+
+
+def kernel_threads(path):
+    """The N of `#pragma omp parallel num_threads(N)` in the package's C++."""
+    found = set()
+    with zipfile.ZipFile(path) as z:
+        for n in z.namelist():
+            if n.endswith(".cpp"):
+                src = z.read(n).decode()
+                found.update(int(m) for m in re.findall(r"omp parallel num_threads\((\d+)\)", src))
+    return sorted(found)
+
+
+def rewrite_device(src, dst, device):
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            if info.filename.endswith("_metadata.json"):
+                meta = json.loads(data)
+                meta["AOTI_DEVICE_KEY"] = device
+                data = json.dumps(meta).encode()
+            zout.writestr(info, data)
+
+
+def write_json(path, data):
+    # One key per line, as tests/data/*.json.
+    lines = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in data.items())
+    path.write_text("{\n" + lines + "\n}\n")
+
+
+def main(out):
+    out = pathlib.Path(out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    try:
+        torch.manual_seed(0)
+        mlp = Mlp()
+        x = torch.randn(4, 32)
+        path, data = export("mlp", mlp, x, tmp)
+        write_json(tmp / "mlp.json", data)
+        rewrite_device(path, tmp / "cuda_key.pt2", "cuda")
+
+        torch.manual_seed(1)
+        x = torch.randn(512, 1024)
+        path, data = export("wide", Wide(), x, tmp, record=False)
+        data["omp_num_threads"] = kernel_threads(path)
+        write_json(tmp / "wide.json", data)
+
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            # Another export (a second `cargo test` at once) finished
+            # first: keep its files, which readers may be using.
+            if not (out / "wide.json").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    print("wrote", *(p.name for p in sorted(out.iterdir())))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])
