@@ -12,7 +12,9 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -38,6 +40,23 @@ struct Out {
   std::string error;
 };
 
+// How libtorch owns autograd nodes: `c10::intrusive_ptr` since the node
+// became an `intrusive_ptr_target`, `std::shared_ptr` before (libtorch 2.11,
+// tch 0.24). Named through the node type, so one source builds against both.
+constexpr bool kIntrusiveNodes = std::is_base_of_v<c10::intrusive_ptr_target, torch::autograd::Node>;
+template <class N>
+using Ptr = std::conditional_t<kIntrusiveNodes, c10::intrusive_ptr<N>, std::shared_ptr<N>>;
+using NodePtr = Ptr<torch::autograd::Node>;
+
+template <class T>
+NodePtr make_node() {
+  if constexpr (std::is_base_of_v<c10::intrusive_ptr_target, T>) {
+    return c10::make_intrusive<T>();
+  } else {
+    return std::make_shared<T>();
+  }
+}
+
 struct RustNode final : torch::autograd::CppNode<RustTag> {
   std::string name_;
   bool executable_ = false;
@@ -45,6 +64,9 @@ struct RustNode final : torch::autograd::CppNode<RustTag> {
   // The inputs, between begin and finish only.
   variable_list inputs_;
   void* state_ = nullptr;
+  // The reference the Rust side holds, from begin until node_free: the node
+  // owns itself until then (a cycle broken by node_free).
+  NodePtr keep_;
   tch_scope_autograd_backward_fn backward_ = nullptr;
   tch_scope_autograd_drop_fn drop_ = nullptr;
 
@@ -116,13 +138,14 @@ extern "C" {
 tch_scope_status tch_scope_autograd_begin(const char* name, void* const* inputs, size_t n, void** node,
                                           bool* executable) {
   return tch_scope::guarded([&] {
-    auto rn = c10::make_intrusive<RustNode>();
+    NodePtr keep = make_node<RustNode>();
+    auto* rn = static_cast<RustNode*>(keep.get());
     rn->name_ = name;
     variable_list input_vars = tensors(inputs, n);
     rn->is_variable_input_.assign(n, true);
     bool exec = at::GradMode::is_enabled() && torch::autograd::any_variable_requires_grad(input_vars);
     auto edges = exec ? torch::autograd::collect_next_edges(input_vars) : torch::autograd::edge_list();
-    rn->set_ctx_grad_fn(rn);
+    rn->set_ctx_grad_fn(keep);
     rn->set_next_edges(std::move(edges));
     rn->clear_input_metadata();
     rn->input_info_.reserve(n);
@@ -130,7 +153,8 @@ tch_scope_status tch_scope_autograd_begin(const char* name, void* const* inputs,
     rn->inputs_ = std::move(input_vars);
     rn->executable_ = exec;
     *executable = exec;
-    *node = rn.release();
+    rn->keep_ = std::move(keep);
+    *node = rn;
   });
 }
 
@@ -143,7 +167,6 @@ tch_scope_status tch_scope_autograd_finish(void* node, void* const* outputs, siz
   rn->backward_ = backward;
   rn->drop_ = drop;
   return tch_scope::guarded([&] {
-    auto self = c10::intrusive_ptr<RustNode>::unsafe_reclaim_from_nonowning(rn);
     std::vector<std::optional<Variable>> raw;
     raw.reserve(n);
     for (size_t i = 0; i < n; ++i) raw.emplace_back(*static_cast<const at::Tensor*>(outputs[i]));
@@ -152,8 +175,8 @@ tch_scope_status tch_scope_autograd_finish(void* node, void* const* outputs, siz
     };
     auto view_as_self_fn = [](const at::Tensor& x) -> at::Tensor { return x.view_as(x); };
     bool exec = rn->executable_;
-    c10::intrusive_ptr<torch::autograd::Node> cdata;
-    if (exec) cdata = self;
+    NodePtr cdata;
+    if (exec) cdata = rn->keep_;
     auto out = torch::autograd::_wrap_outputs(rn->inputs_, rn->ctx_.get_non_differentiable(),
                                               rn->ctx_.get_and_bump_dirty(), raw, cdata, jvp_fn, {},
                                               view_as_self_fn, false);
@@ -178,8 +201,9 @@ tch_scope_status tch_scope_autograd_finish(void* node, void* const* outputs, siz
 }
 
 void tch_scope_autograd_node_free(void* node) {
-  // Drops the reference begin made (release() kept it).
-  c10::intrusive_ptr<RustNode>::reclaim(node_of(node));
+  // Drops the reference begin made: the graph's own references, if any,
+  // keep the node alive.
+  NodePtr self = std::move(node_of(node)->keep_);
 }
 
 tch_scope_status tch_scope_autograd_save_for_backward(void* node, void* const* ts, size_t n) {
