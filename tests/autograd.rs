@@ -780,3 +780,55 @@ fn recompute_under_no_grad_or_inference_mode_is_a_plain_call() {
         .to_string();
     assert!(e.contains("body exploded"), "{e}");
 }
+
+/// Records, in `backward`, whether CPU autocast is on: the forward's scopes
+/// reach `backward` only with `set_backward_scopes(true)`, as
+/// `torch.amp.custom_fwd` / `custom_bwd` do.
+struct SeesAutocast {
+    keep: bool,
+    seen: Arc<Mutex<Vec<Option<Kind>>>>,
+}
+
+impl Function for SeesAutocast {
+    fn forward(&self, ctx: &mut Ctx, inputs: &[&Tensor]) -> Vec<Tensor> {
+        ctx.set_backward_scopes(self.keep);
+        assert_eq!(ctx.backward_scopes().is_some(), self.keep);
+        vec![inputs[0] * 2.0]
+    }
+
+    fn backward(&self, _: &Ctx, grads: &[Tensor]) -> Vec<Option<Tensor>> {
+        let on = tch_scope::autocast_dtype(tch_scope::AutocastDevice::Cpu);
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(on);
+        vec![Some(&grads[0] * 2.0)]
+    }
+}
+
+#[test]
+fn backward_scopes_re_enter_the_forwards_autocast_only_when_asked() {
+    for keep in [false, true] {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let x = Tensor::ones([3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let f = SeesAutocast {
+            keep,
+            seen: Arc::clone(&seen),
+        };
+        let y = tch_scope::scoped!(autocast(cpu, bf16) => f.apply(&[&x]).remove(0));
+        // Backward runs after the scope has ended.
+        assert_eq!(
+            tch_scope::autocast_dtype(tch_scope::AutocastDevice::Cpu),
+            None
+        );
+        y.sum(Kind::Float).backward();
+        let seen = seen.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let want = if keep { Some(Kind::BFloat16) } else { None };
+        assert_eq!(seen, vec![want], "set_backward_scopes({keep})");
+        assert_eq!(Vec::<f32>::try_from(x.grad()).unwrap(), vec![2.0; 3]);
+        assert_eq!(
+            tch_scope::autocast_dtype(tch_scope::AutocastDevice::Cpu),
+            None
+        );
+    }
+}

@@ -572,3 +572,45 @@ fn sdpa_backends_agree_on_cuda() {
         ),
     ]);
 }
+
+/// `recompute` on CUDA: dropout draws from the CUDA generator, which the
+/// backward's re-run replays, so the gradients are bitwise equal to the
+/// plain chain's; the generator goes on afterwards as after the plain one.
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh or scripts/gpu-check.sh"]
+fn recompute_replays_the_cuda_generator_bitwise() {
+    if !cuda_or_skip("recompute_replays_the_cuda_generator_bitwise") {
+        return;
+    }
+    let dev = tch::Device::Cuda(0);
+    tch::manual_seed(0);
+    let w =
+        (tch::Tensor::randn([256, 256], (tch::Kind::Float, dev)) / 16.0).set_requires_grad(true);
+    let x = tch::Tensor::randn([64, 256], (tch::Kind::Float, dev)).set_requires_grad(true);
+    let block = |h: &tch::Tensor, w: &tch::Tensor| h.matmul(w).relu().dropout(0.5, true).matmul(w);
+    let run = |recomputed: bool| {
+        tch::manual_seed(7);
+        let (xx, ww) = (
+            x.detach().set_requires_grad(true),
+            w.detach().set_requires_grad(true),
+        );
+        let y = if recomputed {
+            let wc = ww.shallow_clone();
+            tch_scope::autograd::recompute(&[&xx], move |xs| vec![block(xs[0], &wc)]).remove(0)
+        } else {
+            block(&xx, &ww)
+        };
+        y.square().sum(tch::Kind::Float).backward();
+        let after = tch::Tensor::rand([4], (tch::Kind::Float, dev));
+        (xx.grad(), ww.grad(), after)
+    };
+    let (gx, gw, after) = run(false);
+    let (rx, rw, rafter) = run(true);
+    assert!(gx.equal(&rx), "input gradient");
+    assert!(gw.equal(&rw), "weight gradient");
+    assert!(
+        after.equal(&rafter),
+        "the CUDA generator goes on as after the plain chain"
+    );
+    figure(&[("recompute_cuda_bitwise", "true".to_owned())]);
+}

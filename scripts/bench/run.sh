@@ -8,7 +8,8 @@
 #      (examples/benches/peers.rs: fastrace, puffin, tracing + tracing-chrome)
 #   3. PyTorch Python's context managers (python_scopes.py)
 #   4. the deep-MLP workload, each variant in its own process, Rust and Python
-#   5. compile cost of the macros (compile_cost.py; slow on its first run)
+#   5. training memory: recompute against the plain model, Rust and Python
+#   6. compile cost of the macros (compile_cost.py; slow on its first run)
 # and the floors: timed with the trace on, a switched-off report,
 # no_grad + eval on a 1000-module model (deep_model.py), memory_scope.
 # Steps run one after another so they don't compete for the cores.
@@ -83,6 +84,16 @@ for _ in $(seq "$MLP_ROUNDS"); do
     fi
   done
 done
+
+# Training memory: recompute against the plain model, Rust and Python
+# (docs/benchmarks.md's training-memory section).
+say "training memory (recompute)"
+rm -f "$OUT/recompute.jsonl"
+"$CARGO" bench -p tch-scope --bench recompute --quiet -- run >>"$OUT/recompute.jsonl"
+if [ -x "$PY" ]; then
+  "$PY" -W ignore scripts/bench/python_recompute.py >>"$OUT/recompute.jsonl" 2>/dev/null
+fi
+python3 scripts/bench/recompute_table.py "$OUT/recompute.jsonl" | tee "$OUT/recompute.md"
 
 say "compile cost"
 python3 scripts/bench/compile_cost.py "$OUT/compile_cost.json"
