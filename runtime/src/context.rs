@@ -105,8 +105,35 @@ struct Captured {
     raw: NonNull<c_void>,
     device: Device,
     cuda: Option<usize>,
+    /// The parts of the state [`Context::same_state`] compares, read on
+    /// the capturing thread at capture (as the shim copied them).
+    state: State,
     /// Where the trace's flow to the entering threads starts, if it recorded.
     flow: Option<crate::trace::FlowStart>,
+}
+
+/// Grad mode, inference mode and autocast as captured: what decides
+/// whether two contexts compute alike ([`Context::same_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct State {
+    grad: bool,
+    inference: bool,
+    /// `autocast_dtype` of the CPU and of CUDA (`None`: off there).
+    autocast: [Option<tch::Kind>; 2],
+    autocast_cache: bool,
+}
+
+impl State {
+    /// This thread's.
+    fn current() -> Self {
+        use crate::AutocastDevice::{Cpu, Cuda};
+        State {
+            grad: crate::is_grad_enabled(),
+            inference: crate::is_inference_mode_enabled(),
+            autocast: [crate::autocast_dtype(Cpu), crate::autocast_dtype(Cuda)],
+            autocast_cache: crate::autocast_cache_enabled(),
+        }
+    }
 }
 
 // SAFETY: the shim's object is read only after capture (entering copies
@@ -151,6 +178,7 @@ impl Context {
                 raw,
                 device: crate::current_device(),
                 cuda: crate::current_cuda_device(),
+                state: State::current(),
                 flow: crate::trace::flow_start(),
             }),
         }
@@ -184,6 +212,32 @@ impl Context {
     /// ```
     pub fn device(&self) -> Device {
         self.inner.device
+    }
+
+    /// Whether `self` and `other` computed alike: the same grad mode,
+    /// inference mode, autocast (enabled and its dtype, for the CPU and
+    /// for CUDA; the cast-cache flag), current device and current CUDA
+    /// device. The deadline is not compared (it decides when, not what),
+    /// nor debug info or the profiler's thread-local callbacks.
+    ///
+    /// This is what decides which requests may share a batch (the
+    /// `tch_scope::batch` module). Two clones of one context are always
+    /// the same; the comparison reads no libtorch state.
+    ///
+    /// ```
+    /// use tch_scope::{Context, scoped};
+    /// let a = scoped!(no_grad => Context::capture());
+    /// let b = scoped!(no_grad => Context::capture());
+    /// let c = scoped!(inference_mode => Context::capture());
+    /// let d = scoped!(no_grad, autocast(cpu, bf16) => Context::capture());
+    /// assert!(a.same_state(&b) && a.same_state(&a.clone()));
+    /// assert!(!a.same_state(&c) && !a.same_state(&d));
+    /// assert!(!a.same_state(&Context::capture())); // grad mode on there
+    /// ```
+    pub fn same_state(&self, other: &Context) -> bool {
+        let (a, b) = (&*self.inner, &*other.inner);
+        Arc::ptr_eq(&self.inner, &other.inner)
+            || (a.state == b.state && a.device == b.device && a.cuda == b.cuda)
     }
 
     /// The captured deadline as an instant (the earliest one open at
@@ -366,5 +420,40 @@ mod tests {
         // PhantomNotSend's compile_fail doctest).
         let g = Context::capture().enter_ref().unwrap();
         let _: &crate::PhantomNotSend = &g._not_send;
+    }
+
+    #[test]
+    fn same_state_compares_modes_and_autocast_but_not_the_deadline() {
+        use crate::{Autocast, Deadline, InferenceMode, NoGrad, Scope};
+        let plain = Context::capture();
+        assert!(plain.same_state(&Context::capture()));
+        assert!(plain.same_state(&plain.clone()));
+
+        let g = NoGrad.enter().unwrap();
+        let no_grad = Context::capture();
+        let d = Deadline::new(Duration::from_secs(60)).enter().unwrap();
+        let no_grad_deadline = Context::capture();
+        drop(d);
+        drop(g);
+        assert!(no_grad.same_state(&no_grad_deadline));
+        assert!(!no_grad.same_state(&plain));
+
+        let g = InferenceMode.enter().unwrap();
+        let inference = Context::capture();
+        drop(g);
+        assert!(!inference.same_state(&no_grad) && !inference.same_state(&plain));
+
+        let g = Autocast::cpu(tch::Kind::BFloat16).enter().unwrap();
+        let bf16 = Context::capture();
+        drop(g);
+        let g = Autocast::cpu(tch::Kind::BFloat16)
+            .cache(false)
+            .enter()
+            .unwrap();
+        let bf16_uncached = Context::capture();
+        drop(g);
+        assert!(!bf16.same_state(&plain));
+        assert!(!bf16.same_state(&bf16_uncached));
+        assert!(plain.same_state(&Context::capture())); // all put back
     }
 }

@@ -156,6 +156,7 @@
 
 pub mod aoti;
 pub mod autograd;
+pub mod batch;
 mod clock;
 mod context;
 pub mod cuda;
