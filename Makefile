@@ -40,11 +40,19 @@ test: libtorch
 
 # The serving benchmark (docs/serving.md): the tch-scope server and the
 # --plain one, as processes on loopback, in turn (ABBA), driven by the same
-# requests; one line per server and the ratios.
+# requests; one line per server and model, and the ratios. Two models in
+# turn: the TorchScript tests/data/serve_mlp.pt and the same MLP as an
+# AOTInductor .pt2 package, exported once by scripts/export_pt2.py (a C++
+# compiler, about 30 s on 2 cores) into target/load/, keyed by the script
+# and the torch it runs. LOAD_MODELS=--model PATH picks one.
 LOAD_ARGS ?= --rounds 4 --requests 20000 --concurrency 16
+LOAD_PT2_DIR = target/load/pt2-$(shell (cat scripts/export_pt2.py; readlink -f .libtorch) | cksum | cut -d' ' -f1)
+LOAD_MODELS ?= --model tests/data/serve_mlp.pt --model $(LOAD_PT2_DIR)/serve_mlp.pt2
 load: libtorch
 	$(CARGO) build --release -p examples --example serve
-	$(CARGO) run --release -p examples --example load -- $(LOAD_ARGS)
+	test -f $(LOAD_PT2_DIR)/serve_mlp.pt2 || \
+		$(realpath .libtorch)/../../../../bin/python -W ignore scripts/export_pt2.py $(LOAD_PT2_DIR)
+	$(CARGO) run --release -p examples --example load -- $(LOAD_ARGS) $(LOAD_MODELS)
 
 # tests/downstream: a crate of its own workspace that uses tch-scope as a
 # user's crate does (renamed dependency, edition 2021, the README's rpath

@@ -7,8 +7,15 @@
 //! ```text
 //! cargo run --release -p examples --example load -- [--requests N] [--concurrency C]
 //!     [--rounds R] [--max-seconds S] [--workers N] [--queue N] [--which both|scope|plain]
-//!     [--addr HOST:PORT] [--json]
+//!     [--model PATH]... [--addr HOST:PORT] [--json]
 //! ```
+//!
+//! `--model` may be given more than once: each model is served and driven
+//! in turn (every round of every server for the first model, then the
+//! next), with one line per server and model. A path ending in `.pt2` is
+//! an AOTInductor package, served by `serve --model m.pt2`; its reference
+//! outputs here come from `tch_scope::aoti::Package` (tch has no loader
+//! of its own for one). Without `--model`: tests/data/serve_mlp.pt.
 //!
 //! The mix (fixed by the request's index): 90 % valid (1 to 8 rows of 32
 //! floats, a 10 s deadline), 5 % with a tight deadline (`x-deadline-ms` 0
@@ -39,9 +46,10 @@ use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tch::{CModule, Kind, Tensor};
+use tch_scope::aoti::Package;
 
 const USAGE: &str = "usage: load [--requests N] [--concurrency C] [--rounds R] [--max-seconds S] \
-[--workers N] [--queue N] [--which both|scope|plain] [--server PATH] [--model PATH] \
+[--workers N] [--queue N] [--which both|scope|plain] [--server PATH] [--model PATH]... \
 [--addr HOST:PORT] [--warmup N] [--json]";
 
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/serve_mlp.pt");
@@ -62,7 +70,10 @@ struct Args {
     queue: usize,
     which: String,
     server: Option<PathBuf>,
+    /// The model of this run (one of `models`).
     model: PathBuf,
+    /// Every `--model`, in turn.
+    models: Vec<PathBuf>,
     addr: Option<String>,
     warmup: usize,
     json: bool,
@@ -79,6 +90,7 @@ fn parse_args() -> Result<Args, String> {
         which: "both".into(),
         server: None,
         model: PathBuf::from(DEFAULT_MODEL),
+        models: Vec::new(),
         addr: None,
         warmup: 200,
         json: false,
@@ -98,7 +110,7 @@ fn parse_args() -> Result<Args, String> {
             "--queue" => a.queue = value(&flag, it.next())?,
             "--which" => a.which = value(&flag, it.next())?,
             "--server" => a.server = Some(value(&flag, it.next())?),
-            "--model" => a.model = value(&flag, it.next())?,
+            "--model" => a.models.push(value(&flag, it.next())?),
             "--addr" => a.addr = Some(value(&flag, it.next())?),
             "--warmup" => a.warmup = value(&flag, it.next())?,
             "--json" => a.json = true,
@@ -106,6 +118,13 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
+    if a.models.is_empty() {
+        a.models.push(PathBuf::from(DEFAULT_MODEL));
+    }
+    if a.addr.is_some() && a.models.len() > 1 {
+        return Err("--addr drives one server: give one --model (its model)".into());
+    }
+    a.model = a.models[0].clone();
     if a.concurrency == 0 || a.rounds == 0 {
         return Err("--concurrency and --rounds must be at least 1".into());
     }
@@ -155,13 +174,57 @@ fn json_body(shape: &[usize], data: &[f32]) -> Bytes {
     Bytes::from(serde_json::to_vec(&Body { shape, data }).unwrap_or_default())
 }
 
+/// Whether `path` names an AOTInductor package (as `serve` decides).
+fn is_package(path: &std::path::Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("pt2"))
+}
+
+/// The model, loaded here for the reference outputs.
+enum Reference {
+    Script(CModule),
+    Package(Package),
+}
+
+impl Reference {
+    fn load(model: &std::path::Path) -> Result<Self, String> {
+        let fail = |e: String| format!("cannot load {}: {e}", model.display());
+        if is_package(model) {
+            Package::options()
+                .runners(1)
+                .load(model)
+                .map(Self::Package)
+                .map_err(|e| fail(e.to_string()))
+        } else {
+            let mut m = CModule::load(model).map_err(|e| fail(e.to_string()))?;
+            m.set_eval();
+            Ok(Self::Script(m))
+        }
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor, String> {
+        match self {
+            Self::Script(m) => m.forward_ts(&[x]).map_err(|e| e.to_string()),
+            Self::Package(p) => {
+                let mut ys = p.run(&[x]).map_err(|e| e.to_string())?;
+                if ys.len() == 1 {
+                    Ok(ys.remove(0))
+                } else {
+                    Err(format!(
+                        "the package returned {} tensors, not one",
+                        ys.len()
+                    ))
+                }
+            }
+        }
+    }
+}
+
 /// The valid inputs, each with the model's output for it computed here,
 /// one at a time, and the malformed bodies.
 fn pool(model: &std::path::Path) -> Result<Pool, String> {
     tch::set_num_threads(1);
-    let mut m =
-        CModule::load(model).map_err(|e| format!("cannot load {}: {e}", model.display()))?;
-    m.set_eval();
+    let m = Reference::load(model)?;
     let mut bodies = Vec::with_capacity(POOL);
     let mut expected = Vec::with_capacity(POOL);
     for k in 0..POOL {
@@ -173,10 +236,13 @@ fn pool(model: &std::path::Path) -> Result<Pool, String> {
                 (h >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
             })
             .collect();
-        let y = tch::no_grad(|| -> Result<Vec<f32>, tch::TchError> {
-            let x = Tensor::f_from_slice(&data)?.f_view([rows as i64, FEATURES as i64])?;
-            let y = m.forward_ts(&[x])?.f_to_kind(Kind::Float)?;
-            Vec::<f32>::try_from(y.f_reshape([-1])?)
+        let y = tch::no_grad(|| -> Result<Vec<f32>, String> {
+            let t = |e: tch::TchError| e.to_string();
+            let x = Tensor::f_from_slice(&data)
+                .and_then(|x| x.f_view([rows as i64, FEATURES as i64]))
+                .map_err(t)?;
+            let y = m.forward(&x)?.f_to_kind(Kind::Float).map_err(t)?;
+            Vec::<f32>::try_from(y.f_reshape([-1]).map_err(t)?).map_err(t)
         })
         .map_err(|e| format!("the reference forward failed: {e}"))?;
         bodies.push(json_body(&[rows, FEATURES], &data));
@@ -573,10 +639,10 @@ impl Acc {
     }
 }
 
-fn line(s: &Summary) -> String {
+fn line(s: &Summary, width: usize) -> String {
     let c = &s.counts;
     format!(
-        "{:<9} requests={} ok={} deadline={} rejected={} malformed={} wrong={} p50_ms={:.3} p99_ms={:.3} rps={:.1}",
+        "{:<width$} requests={} ok={} deadline={} rejected={} malformed={} wrong={} p50_ms={:.3} p99_ms={:.3} rps={:.1}",
         format!("{}:", s.server),
         c.requests,
         c.ok,
@@ -640,7 +706,26 @@ fn main() {
 }
 
 /// Ok(false) when a check failed (wrong outputs, errors, a worker changed).
+/// Each `--model` in turn.
 fn run(args: &Args) -> Result<bool, String> {
+    let mut fine = true;
+    for model in &args.models {
+        let mut one = args.clone();
+        one.model = model.clone();
+        // With several models each line names its model's file.
+        let label = (args.models.len() > 1).then(|| {
+            model.file_name().map_or_else(
+                || model.display().to_string(),
+                |n| n.to_string_lossy().into(),
+            )
+        });
+        fine &= run_model(&one, label.as_deref())?;
+    }
+    Ok(fine)
+}
+
+/// One model: every server, every round.
+fn run_model(args: &Args, label: Option<&str>) -> Result<bool, String> {
     let pool = Arc::new(pool(&args.model)?);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -672,13 +757,25 @@ fn run(args: &Args) -> Result<bool, String> {
             }
         }
     }
-    let summaries: Vec<Summary> = results.iter_mut().map(|(n, a)| a.summary(n)).collect();
+    let summaries: Vec<Summary> = results
+        .iter_mut()
+        .map(|(n, a)| match label {
+            Some(l) => a.summary(&format!("{n} {l}")),
+            None => a.summary(n),
+        })
+        .collect();
+    let width = summaries
+        .iter()
+        .map(|s| s.server.len() + 1)
+        .max()
+        .unwrap_or(0)
+        .max(9);
     let mut fine = true;
     for s in &summaries {
         if args.json {
             println!("{}", serde_json::to_string(s).map_err(|e| e.to_string())?);
         } else {
-            println!("{}", line(s));
+            println!("{}", line(s, width));
         }
         if s.counts.wrong > 0 || s.counts.errors > 0 {
             fine = false;
@@ -691,8 +788,9 @@ fn run(args: &Args) -> Result<bool, String> {
     if let [a, b] = summaries.as_slice()
         && !args.json
     {
+        let of = label.map(|l| format!(" {l}")).unwrap_or_default();
         println!(
-            "ratios (tch-scope / plain): rps={:.4} p50={:.4} p99={:.4}  ({} rounds, {} requests each, {} at a time)",
+            "ratios{of} (tch-scope / plain): rps={:.4} p50={:.4} p99={:.4}  ({} rounds, {} requests each, {} at a time)",
             a.rps / b.rps,
             a.p50_ms / b.p50_ms,
             a.p99_ms / b.p99_ms,

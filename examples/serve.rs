@@ -1,7 +1,9 @@
 //! An HTTP inference server: hyper's HTTP/1 connections (an axum router)
-//! on a multi-thread tokio runtime, a TorchScript model (one float tensor
-//! in, one out) run by a pool of worker threads fed by a bounded queue
-//! (docs/serving.md).
+//! on a multi-thread tokio runtime, a model (one float tensor in, one out)
+//! run by a pool of worker threads fed by a bounded queue
+//! (docs/serving.md). The model is a TorchScript file (`tch::CModule`), or
+//! an AOTInductor package when its path ends in `.pt2`
+//! ([`tch_scope::aoti::Package`]).
 //!
 //! ```text
 //! cargo run --release -p examples --example serve -- --addr 127.0.0.1:8080 \
@@ -37,6 +39,14 @@
 //! it and runs the model in an [`Inference`] handle. `--plain` serves the
 //! same with plain tch: `tch::no_grad`, the model put in eval once, the
 //! time taken by hand, the deadline checked by hand between steps.
+//!
+//! A `.pt2` package: tch has no loader for one (tch-rs #979), so `--plain`
+//! loads it with `tch_scope::aoti::Package` too and calls `Package::run`
+//! under `tch::no_grad`, with none of the scopes (no `Inference`, no
+//! `Context`): the deadline checked by hand as for TorchScript. A package
+//! has no train/eval modes (`/debug/workers` shows `model_training: []`),
+//! and a deadline that passes while a package runs does not stop it (it
+//! is refused at the run's entry, and after it: docs/words.md).
 
 #[path = "common/floats.rs"]
 mod floats;
@@ -67,6 +77,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tch::{CModule, Device, Kind, TchError, Tensor};
+use tch_scope::aoti::Package;
 use tch_scope::{
     Context, Inference, ScopeError, Trainable, is_grad_enabled, is_inference_mode_enabled, scope,
 };
@@ -481,6 +492,56 @@ enum Engine {
     Scoped(Inference<CModule>),
     /// Plain tch: `set_eval()` once, `no_grad` around each call.
     Plain(CModule),
+    /// A `.pt2` package, tch-scope: served as it is (no modes),
+    /// `inference_mode` around each call.
+    ScopedPackage(Inference<Package>),
+    /// A `.pt2` package without the scopes: `no_grad` around each call
+    /// (tch has no loader of its own for one).
+    PlainPackage(Package),
+}
+
+impl Engine {
+    fn plain(&self) -> bool {
+        matches!(self, Engine::Plain(_) | Engine::PlainPackage(_))
+    }
+}
+
+/// A model the workers run: one float tensor in, one out.
+trait Model {
+    /// Runs the model on `x`; an input it refuses is a 422 (see
+    /// [`refused`]), a passed deadline a 504.
+    fn forward_one(&self, x: Tensor) -> Result<Tensor, ApiError>;
+    /// Each module's training flag (none for a package).
+    fn training(&self) -> Result<Vec<bool>, TchError>;
+}
+
+impl Model for CModule {
+    fn forward_one(&self, x: Tensor) -> Result<Tensor, ApiError> {
+        self.forward_ts(&[x]).map_err(|e| refused(&e.to_string()))
+    }
+
+    fn training(&self) -> Result<Vec<bool>, TchError> {
+        Ok(self.modes()?.to_vec())
+    }
+}
+
+impl Model for Package {
+    fn forward_one(&self, x: Tensor) -> Result<Tensor, ApiError> {
+        match self.run(&[&x]) {
+            Ok(mut ys) if ys.len() == 1 => Ok(ys.remove(0)),
+            Ok(ys) => Err(ApiError::internal(format!(
+                "the package returned {} tensors, not one",
+                ys.len()
+            ))),
+            // Refused at the run's entry: the deadline's 504.
+            Err(e) if e.is_ended() => Err(e.into()),
+            Err(e) => Err(refused(&e.to_string())),
+        }
+    }
+
+    fn training(&self) -> Result<Vec<bool>, TchError> {
+        Ok(Vec::new())
+    }
 }
 
 /// How a job knows its deadline.
@@ -694,8 +755,10 @@ struct WorkerReport {
 
 fn thread_state(engine: &Engine) -> Result<ThreadState, TchError> {
     let model_training = match engine {
-        Engine::Scoped(served) => served.get_ref().modes()?.to_vec(),
-        Engine::Plain(model) => model.modes()?.to_vec(),
+        Engine::Scoped(served) => served.get_ref().training()?,
+        Engine::Plain(model) => model.training()?,
+        Engine::ScopedPackage(served) => served.get_ref().training()?,
+        Engine::PlainPackage(model) => model.training()?,
     };
     let ops_ok = Tensor::f_zeros([2], (Kind::Float, Device::Cpu))
         .and_then(|t| t.f_add_scalar(1))
@@ -737,10 +800,10 @@ fn read_output(y: &Tensor) -> Result<Output, ApiError> {
 }
 
 /// The model refused the input (422): the last line of libtorch's message
-/// (a TorchScript error ends with the `RuntimeError: …` line). Running
-/// out of memory is the server's failure (500).
-fn refused(e: &TchError) -> ApiError {
-    let text = e.to_string();
+/// (a TorchScript error ends with the `RuntimeError: …` line; a package's
+/// says which input and what it expected). Running out of memory is the
+/// server's failure (500).
+fn refused(text: &str) -> ApiError {
     let line = text
         .lines()
         .rev()
@@ -758,17 +821,17 @@ fn refused(e: &TchError) -> ApiError {
 }
 
 /// The model's input from the request, run, and its output read back.
-fn forward(model: &CModule, input: &Input) -> Result<Output, ApiError> {
+fn forward(model: &impl Model, input: &Input) -> Result<Output, ApiError> {
     let x = input_tensor(input)?;
-    let y = model.forward_ts(&[x]).map_err(|e| refused(&e))?;
+    let y = model.forward_one(x)?;
     read_output(&y)
 }
 
 /// tch-scope: the request's context (inference mode, its deadline) around
 /// the model run in its `Inference` handle. `Context::run` ends with the
 /// deadline's `ScopeError` if it refused an operator.
-fn predict_scoped(
-    served: &Inference<CModule>,
+fn predict_scoped<M: Model + tch_scope::Servable>(
+    served: &Inference<M>,
     ctx: &Context,
     input: &Input,
 ) -> Result<Output, ApiError> {
@@ -776,7 +839,7 @@ fn predict_scoped(
 }
 
 /// Plain tch: `no_grad`, the deadline checked by hand between steps.
-fn predict_plain(model: &CModule, deadline: Instant, input: &Input) -> Result<Output, ApiError> {
+fn predict_plain(model: &impl Model, deadline: Instant, input: &Input) -> Result<Output, ApiError> {
     let check = |step: &str| match Instant::now().checked_duration_since(deadline) {
         Some(late) => Err(ApiError::new(
             StatusCode::GATEWAY_TIMEOUT,
@@ -788,7 +851,7 @@ fn predict_plain(model: &CModule, deadline: Instant, input: &Input) -> Result<Ou
         check("before the input")?;
         let x = input_tensor(input)?;
         check("before forward")?;
-        let y = model.forward_ts(&[x]).map_err(|e| refused(&e))?;
+        let y = model.forward_one(x)?;
         check("after forward")?;
         read_output(&y)
     })
@@ -803,14 +866,14 @@ fn warm_up(engine: &Engine, shape: &[i64]) -> Result<(), ApiError> {
         shape: shape.to_vec(),
         data: vec![0.0; usize::try_from(n).unwrap_or(0)],
     };
-    let run = |m: &CModule| {
-        m.forward_ts(&[input_tensor(&input)?])
-            .map(drop)
-            .map_err(|e| refused(&e))
-    };
+    fn run(m: &impl Model, input: &Input) -> Result<(), ApiError> {
+        m.forward_one(input_tensor(input)?).map(drop)
+    }
     match engine {
-        Engine::Scoped(served) => served.run(run),
-        Engine::Plain(model) => tch::no_grad(|| run(model)),
+        Engine::Scoped(served) => served.run(|m| run(m, &input)),
+        Engine::Plain(model) => tch::no_grad(|| run(model, &input)),
+        Engine::ScopedPackage(served) => served.run(|m| run(m, &input)),
+        Engine::PlainPackage(model) => tch::no_grad(|| run(model, &input)),
     }
 }
 
@@ -821,6 +884,11 @@ struct WorkerCtx {
     depth: Arc<AtomicUsize>,
     workers: Arc<Workers>,
     warmup: Option<Vec<i64>>,
+    /// `--intra-op-threads`, set again on the worker's own thread: OpenMP's
+    /// thread count is per thread, and a `.pt2` package's kernels (its
+    /// `at::cpu::addmm_out`) read the calling thread's, which a new thread
+    /// has at the default (every core) until ATen's first `parallel_for`.
+    threads: i32,
 }
 
 fn worker_loop(w: WorkerCtx) {
@@ -831,7 +899,9 @@ fn worker_loop(w: WorkerCtx) {
         depth,
         workers,
         warmup,
+        threads,
     } = w;
+    tch::set_num_threads(threads);
     let _alive = Alive {
         workers: &workers,
         id,
@@ -882,6 +952,12 @@ fn worker_loop(w: WorkerCtx) {
                             predict_scoped(served, ctx, &input)
                         }
                         (Engine::Plain(model), Ticket::Plain(deadline)) => {
+                            predict_plain(model, *deadline, &input)
+                        }
+                        (Engine::ScopedPackage(served), Ticket::Scoped(ctx)) => {
+                            predict_scoped(served, ctx, &input)
+                        }
+                        (Engine::PlainPackage(model), Ticket::Plain(deadline)) => {
                             predict_plain(model, *deadline, &input)
                         }
                         _ => Err(ApiError::internal("a job for the other server")),
@@ -1639,6 +1715,13 @@ fn watch_signals(stop: watch::Sender<bool>, bound: Duration) -> Result<(), Strin
     Ok(())
 }
 
+/// Whether `path` names an AOTInductor package (`.pt2`, any case) rather
+/// than a TorchScript file.
+fn is_package(path: &std::path::Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("pt2"))
+}
+
 fn main() {
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(a) => a,
@@ -1660,15 +1743,29 @@ fn run(args: Args) -> Result<(), String> {
     // One intra-op thread per worker: the workers are the parallelism
     // (worker threads copy this process value at their first parallel op).
     tch::set_num_threads(args.intra_op_threads);
-    let model = CModule::load(&args.model)
-        .map_err(|e| format!("cannot load {}: {e}", args.model.display()))?;
-    let engine = if args.plain {
-        let mut model = model;
-        model.set_eval();
-        Engine::Plain(model)
+    let engine = if is_package(&args.model) {
+        // As many runners as workers: one runner would serialize them.
+        let model = Package::options()
+            .runners(args.workers)
+            .load(&args.model)
+            .map_err(|e| format!("cannot load {}: {e}", args.model.display()))?;
+        if args.plain {
+            Engine::PlainPackage(model)
+        } else {
+            Engine::ScopedPackage(Inference::new(model).map_err(|e| e.to_string())?)
+        }
     } else {
-        Engine::Scoped(Inference::new(model).map_err(|e| e.to_string())?)
+        let model = CModule::load(&args.model)
+            .map_err(|e| format!("cannot load {}: {e}", args.model.display()))?;
+        if args.plain {
+            let mut model = model;
+            model.set_eval();
+            Engine::Plain(model)
+        } else {
+            Engine::Scoped(Inference::new(model).map_err(|e| e.to_string())?)
+        }
     };
+    debug_assert_eq!(engine.plain(), args.plain);
     let engine = Arc::new(engine);
     let metrics = install_metrics()?;
 
@@ -1685,6 +1782,7 @@ fn run(args: Args) -> Result<(), String> {
                 depth: Arc::clone(&depth),
                 workers: Arc::clone(&pool),
                 warmup: args.warmup_shape.clone(),
+                threads: args.intra_op_threads,
             };
             std::thread::Builder::new()
                 .name(format!("model-worker-{id}"))
@@ -1752,8 +1850,13 @@ fn run(args: Args) -> Result<(), String> {
             }
         });
         let kind = if args.plain { "plain tch" } else { "tch-scope" };
+        let format = if is_package(&args.model) {
+            ".pt2 package"
+        } else {
+            "TorchScript"
+        };
         println!(
-            "listening on http://{local} ({kind}, {} workers, queue {}, model {})",
+            "listening on http://{local} ({kind}, {} workers, queue {}, {format} model {})",
             args.workers,
             args.queue,
             args.model.display()

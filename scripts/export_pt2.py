@@ -21,6 +21,13 @@ target/aoti/<torch version>-<hash of this script>/ and reads:
   wide.json   its shapes (no values: they are large), and
               `omp_num_threads`: the N written into its kernel (read back
               from the package's C++ source)
+  serve_mlp.pt2  the model examples/serve.rs serves by default
+              (tests/data/serve_mlp.pt: Linear 32->256 -> BatchNorm1d -> ReLU
+              -> Dropout -> Linear 256->256 -> BatchNorm1d -> ReLU -> Dropout
+              -> Linear 256->8), its weights read from that TorchScript file,
+              in eval mode, exported with a dynamic batch: float32 [n, 32]
+              for n from 1 to 4096 (tests/serve.rs serves it)
+  serve_mlp.json  as mlp.json, for an input of shape [3, 32]
   cuda_key.pt2  mlp.pt2 with its metadata's AOTI_DEVICE_KEY rewritten to
               "cuda": what a CUDA package looks like to a CPU-only loader
               (compiling a real one needs a GPU machine's toolchain)
@@ -30,6 +37,7 @@ place at the end, so a reader sees all of them or none; an OUT_DIR that is
 already there is kept.
 """
 
+import contextlib
 import json
 import os
 import pathlib
@@ -40,6 +48,7 @@ import tempfile
 import zipfile
 
 import torch
+import torch.fx.experimental._config as fx_config
 from torch import nn
 
 
@@ -58,15 +67,53 @@ class Wide(nn.Module):
         return torch.relu(x * 2.0 + 1.0) * x
 
 
+SERVE_MLP = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "serve_mlp.pt"
+
+# The largest batch a dynamic-batch package takes.
+MAX_BATCH = 4096
+
+
+def serve_mlp():
+    """tests/data/serve_mlp.pt as an eager module (torch.export takes no
+    TorchScript), in eval mode: same layers, its state dict copied."""
+    net = nn.Sequential(
+        nn.Sequential(
+            nn.Linear(32, 256),
+            nn.BatchNorm1d(256),
+            nn.ReLU(),
+            nn.Dropout(0.2),
+            nn.Linear(256, 256),
+            nn.BatchNorm1d(256),
+            nn.ReLU(),
+            nn.Dropout(0.2),
+        ),
+        nn.Linear(256, 8),
+    )
+    state = torch.jit.load(str(SERVE_MLP)).state_dict()
+    # ServeMlp's names: body.N.*, head.*
+    state = {k.replace("body.", "0.", 1).replace("head.", "1.", 1): v for k, v in state.items()}
+    net.load_state_dict(state)
+    return net.eval()
+
+
 def bits(t):
     return t.contiguous().view(torch.int32).flatten().tolist()
 
 
-def export(name, model, x, out, record=True):
+def export(name, model, x, out, record=True, dynamic_batch=False):
     model.eval()
     path = str(out / f"{name}.pt2")
+    dynamic = None
+    oblivious = contextlib.nullcontext()
+    if dynamic_batch:
+        dynamic = ({0: torch.export.Dim("batch", min=1, max=MAX_BATCH)},)
+        # Without it the export specializes sizes 0 and 1 away and the
+        # package's input check refuses a batch of 1 ("expected it to be
+        # >= 2").
+        oblivious = fx_config.patch(backed_size_oblivious=True)
     with torch.no_grad():
-        ep = torch.export.export(model, (x,))
+        with oblivious:
+            ep = torch.export.export(model, (x,), dynamic_shapes=dynamic)
         torch._inductor.aoti_compile_and_package(ep, package_path=path)
         runner = torch._inductor.aoti_load_package(path)
         got = runner(x)
@@ -119,6 +166,11 @@ def main(out):
         path, data = export("mlp", mlp, x, tmp)
         write_json(tmp / "mlp.json", data)
         rewrite_device(path, tmp / "cuda_key.pt2", "cuda")
+
+        torch.manual_seed(3)
+        x = torch.randn(3, 32)
+        _, data = export("serve_mlp", serve_mlp(), x, tmp, dynamic_batch=True)
+        write_json(tmp / "serve_mlp.json", data)
 
         torch.manual_seed(1)
         x = torch.randn(512, 1024)

@@ -1057,3 +1057,193 @@ fn concurrent_debug_checks_all_answer() {
     assert_eq!(status, 200, "{body}");
     assert_workers_as_before(&s.addr, 2);
 }
+
+// ---- an AOTInductor package ------------------------------------------------
+
+/// The bootstrap's torch folder (`.libtorch` points into its venv).
+fn torch_dir() -> Option<PathBuf> {
+    std::fs::canonicalize(workspace().join(".libtorch")).ok()
+}
+
+/// The python that exports packages (as tests/aoti.rs finds it).
+fn python() -> Option<PathBuf> {
+    if let Some(py) = std::env::var_os("TCH_SCOPE_PYTHON") {
+        return Some(py.into());
+    }
+    let py = torch_dir()?.join("../../../../bin/python");
+    py.exists().then_some(py)
+}
+
+/// `__version__` of torch/version.py, e.g. "2.13.0+cu130".
+fn torch_version() -> String {
+    let text = torch_dir()
+        .and_then(|t| std::fs::read_to_string(t.join("version.py")).ok())
+        .unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("__version__ = "))
+        .map(|v| v.trim().trim_matches(['\'', '"']).to_owned())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// FNV-1a, as tests/aoti.rs keys the folder.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The packages scripts/export_pt2.py exports, in the folder tests/aoti.rs
+/// uses (the same key: torch version and the script's hash), exported here
+/// if missing; `None` (and a note) without a PyTorch python.
+fn packages() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let script = workspace().join("scripts/export_pt2.py");
+        let text = std::fs::read(&script).expect("scripts/export_pt2.py");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("aoti")
+            .join(format!("{}-{:016x}", torch_version(), fnv(&text)));
+        if dir.join("wide.json").exists() {
+            return Some(dir);
+        }
+        let Some(py) = python() else {
+            println!("skipped: no PyTorch python to export .pt2 packages with");
+            return None;
+        };
+        let child = Command::new(&py)
+            .arg(&script)
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run the export script");
+        let out = wait_bounded(child, CHILD_LIMIT, "scripts/export_pt2.py");
+        assert!(
+            out.status.success(),
+            "{py:?} {script:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(dir)
+    })
+    .as_deref()
+}
+
+fn floats_of_bits(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array()
+        .expect("an array of bit patterns")
+        .iter()
+        .map(|b| f32::from_bits(b.as_i64().expect("an int32") as i32 as u32))
+        .collect()
+}
+
+/// `serve --model serve_mlp.pt2` (the default model's MLP exported by
+/// scripts/export_pt2.py with a dynamic batch): its answer to the input the
+/// script recorded is within 1e-5 of eager PyTorch in eval mode, a batch of
+/// 1 (the warm-up's) and a wrong feature count are answered as for
+/// TorchScript (200, 422), every worker is as at its start (no model modes
+/// to report), and a short load run (its references computed by `load`
+/// with `tch_scope::aoti::Package`) is bitwise right.
+fn serves_a_pt2_package(plain: bool) {
+    let Some(dir) = packages() else { return };
+    let model = dir.join("serve_mlp.pt2");
+    let model = model.to_str().expect("a UTF-8 path");
+    let j: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("serve_mlp.json")).expect("serve_mlp.json"),
+    )
+    .expect("JSON");
+    let workers = 2;
+    let s = start(
+        plain,
+        &[
+            "--model",
+            model,
+            "--workers",
+            "2",
+            "--queue",
+            "64",
+            "--body-limit",
+            "65536",
+        ],
+    );
+
+    // Ready: both workers ran the warm-up (a batch of 1) on the package.
+    let start = Instant::now();
+    loop {
+        let (status, body) = http(&s.addr, "GET", "/readyz", &[], b"");
+        if status == 200 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "not ready: {body}\n{}",
+            s.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let shape = j["input_shape"].clone();
+    let x = floats_of_bits(&j["input_bits"]);
+    let eager = floats_of_bits(&j["eager_bits"]);
+    let body = serde_json::json!({ "shape": shape, "data": x }).to_string();
+    let (status, v) = predict(&s.addr, None, &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["shape"], j["output_shape"], "{v}");
+    let got: Vec<f32> = v["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|f| f.as_f64().expect("a number") as f32)
+        .collect();
+    assert_eq!(got.len(), eager.len(), "{v}");
+    for (i, (g, e)) in got.iter().zip(&eager).enumerate() {
+        assert!((g - e).abs() <= 1e-5, "data[{i}]: {g} against eager {e}");
+    }
+
+    let (status, v) = predict(&s.addr, None, &input(2, 16));
+    assert_eq!(status, 422, "{v}");
+    assert!(error(&v).contains("does not match the package"), "{v}");
+
+    let child = Command::new(&bins()["load"])
+        .args(["--addr", &s.addr, "--model", model])
+        .args(["--requests", "300", "--concurrency", "16"])
+        .args(["--warmup", "0", "--max-seconds", "120", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("load starts");
+    let out = wait_bounded(child, CHILD_LIMIT, "load");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "load failed: {stdout}");
+    let v: serde_json::Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
+    assert_eq!(n("requests"), 300, "{v}");
+    assert_eq!(n("wrong"), 0, "{v}");
+    assert_eq!(n("errors"), 0, "{v}");
+    assert_eq!(n("malformed"), n("sent_malformed"), "{v}");
+    assert!(n("ok") >= n("sent_valid"), "{v}");
+    assert_eq!(n("workers_checked"), workers, "{v}");
+
+    let (status, body) = http(&s.addr, "GET", "/debug/workers", &[], b"");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let list = v["workers"].as_array().expect("workers");
+    assert_eq!(list.len() as u64, workers, "{v}");
+    for w in list {
+        assert_eq!(w["at_start"], w["now"], "{w}");
+        assert_eq!(w["now"]["grad_mode"], true, "{w}");
+        assert_eq!(w["now"]["inference_mode"], false, "{w}");
+        assert_eq!(w["now"]["ops_ok"], true, "{w}");
+        assert_eq!(w["now"]["model_training"], serde_json::json!([]), "{w}");
+    }
+}
+
+#[test]
+fn tch_scope_server_serves_a_pt2_package() {
+    serves_a_pt2_package(false);
+}
+
+#[test]
+fn plain_server_serves_a_pt2_package() {
+    serves_a_pt2_package(true);
+}
