@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release -p examples --example load -- [--requests N] [--concurrency C]
 //!     [--rounds R] [--max-seconds S] [--workers N] [--queue N] [--which both|scope|plain]
-//!     [--model PATH]... [--addr HOST:PORT] [--json]
+//!     [--model PATH]... [--addr HOST:PORT] [--tolerance T] [--json]
 //! ```
 //!
 //! `--model` may be given more than once: each model is served and driven
@@ -22,8 +22,14 @@
 //! or 1), 5 % malformed (bad JSON, `data` of the wrong length, a shape the
 //! model refuses, a non-number, a body over the server's limit; answered
 //! 400, or 422 for the shape). `wrong`
-//! counts 200 responses whose output differs, bitwise, from what the same
-//! model gives for the input here, sequentially. `p50_ms` and `p99_ms` are
+//! counts 200 responses whose output differs from what the same model
+//! gives for the input here, sequentially: bitwise, or by more than
+//! `--tolerance` (absolute). The tch-scope server batches requests by
+//! default (`serve --max-batch`), and a row computed in a batch may
+//! differ from the row alone in the last bits: when load starts the
+//! servers itself, the tch-scope one is held to 1e-5 and the plain one
+//! bitwise unless `--tolerance` says otherwise; with `--addr`, bitwise
+//! unless it says otherwise. `p50_ms` and `p99_ms` are
 //! over the 200 responses; `rps` counts every response.
 //!
 //! With `--addr` it drives a server that is already running (one run, no
@@ -50,7 +56,7 @@ use tch_scope::aoti::Package;
 
 const USAGE: &str = "usage: load [--requests N] [--concurrency C] [--rounds R] [--max-seconds S] \
 [--workers N] [--queue N] [--which both|scope|plain] [--server PATH] [--model PATH]... \
-[--addr HOST:PORT] [--warmup N] [--json]";
+[--addr HOST:PORT] [--warmup N] [--tolerance T] [--json]";
 
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/serve_mlp.pt");
 /// The features of the default model's input.
@@ -76,8 +82,14 @@ struct Args {
     models: Vec<PathBuf>,
     addr: Option<String>,
     warmup: usize,
+    /// The largest absolute difference from the reference a 200 may
+    /// carry; `None`: the server's default (see the module docs).
+    tolerance: Option<f32>,
     json: bool,
 }
+
+/// What a batching server's rows are held to by default.
+const BATCHED_TOLERANCE: f32 = 1e-5;
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
@@ -93,6 +105,7 @@ fn parse_args() -> Result<Args, String> {
         models: Vec::new(),
         addr: None,
         warmup: 200,
+        tolerance: None,
         json: false,
     };
     let mut it = std::env::args().skip(1);
@@ -113,6 +126,13 @@ fn parse_args() -> Result<Args, String> {
             "--model" => a.models.push(value(&flag, it.next())?),
             "--addr" => a.addr = Some(value(&flag, it.next())?),
             "--warmup" => a.warmup = value(&flag, it.next())?,
+            "--tolerance" => {
+                let t: f32 = value(&flag, it.next())?;
+                if !(t >= 0.0 && t.is_finite()) {
+                    return Err("--tolerance must be a finite number, at least 0".into());
+                }
+                a.tolerance = Some(t);
+            }
             "--json" => a.json = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
@@ -383,8 +403,9 @@ struct Answer<'a> {
     data: &'a RawValue,
 }
 
-/// Whether a 200 body carries exactly the reference output.
-fn matches(body: &[u8], expected: &[f32]) -> bool {
+/// Whether a 200 body carries the reference output: bitwise when
+/// `tolerance` is 0, else each value within `tolerance` of it.
+fn matches(body: &[u8], expected: &[f32], tolerance: f32) -> bool {
     let Ok(a) = serde_json::from_slice::<Answer<'_>>(body) else {
         return false;
     };
@@ -395,7 +416,7 @@ fn matches(body: &[u8], expected: &[f32]) -> bool {
         && got
             .iter()
             .zip(expected)
-            .all(|(g, e)| g.to_bits() == e.to_bits())
+            .all(|(g, e)| g.to_bits() == e.to_bits() || (g - e).abs() <= tolerance)
 }
 
 /// Sends requests `0..n` (each to the next free connection) over
@@ -406,6 +427,7 @@ async fn drive(
     n: usize,
     concurrency: usize,
     max: Duration,
+    tolerance: f32,
 ) -> RunResult {
     let next = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
@@ -457,7 +479,7 @@ async fn drive(
                     (Ok((200, body)), Class::Valid | Class::Tight) => {
                         c.ok += 1;
                         r.latencies.push(took);
-                        if !matches(&body, &pool.expected[req.pool]) {
+                        if !matches(&body, &pool.expected[req.pool], tolerance) {
                             c.wrong += 1;
                         }
                     }
@@ -656,7 +678,13 @@ fn line(s: &Summary, width: usize) -> String {
     )
 }
 
-async fn one_run(addr: &str, pool: &Arc<Pool>, args: &Args, acc: &mut Acc) -> Result<(), String> {
+async fn one_run(
+    addr: &str,
+    pool: &Arc<Pool>,
+    args: &Args,
+    tolerance: f32,
+    acc: &mut Acc,
+) -> Result<(), String> {
     // Warm-up: not counted.
     let _ = drive(
         addr,
@@ -664,6 +692,7 @@ async fn one_run(addr: &str, pool: &Arc<Pool>, args: &Args, acc: &mut Acc) -> Re
         args.warmup,
         args.concurrency,
         Duration::from_secs(30),
+        tolerance,
     )
     .await;
     let r = drive(
@@ -672,6 +701,7 @@ async fn one_run(addr: &str, pool: &Arc<Pool>, args: &Args, acc: &mut Acc) -> Re
         args.requests,
         args.concurrency,
         Duration::from_secs(args.max_seconds),
+        tolerance,
     )
     .await;
     acc.counts.add(&r.counts);
@@ -734,7 +764,8 @@ fn run_model(args: &Args, label: Option<&str>) -> Result<bool, String> {
     let mut results: Vec<(&str, Acc)> = Vec::new();
     if let Some(addr) = &args.addr {
         let mut acc = Acc::default();
-        rt.block_on(one_run(addr, &pool, args, &mut acc))?;
+        let tolerance = args.tolerance.unwrap_or(0.0);
+        rt.block_on(one_run(addr, &pool, args, tolerance, &mut acc))?;
         results.push(("server", acc));
     } else {
         let servers: &[(&str, bool)] = match args.which.as_str() {
@@ -751,8 +782,18 @@ fn run_model(args: &Args, label: Option<&str>) -> Result<bool, String> {
                 (0..servers.len()).rev().collect()
             };
             for k in order {
-                let server = start_server(args, servers[k].1)?;
-                rt.block_on(one_run(&server.addr, &pool, args, &mut results[k].1))?;
+                let plain = servers[k].1;
+                let server = start_server(args, plain)?;
+                let tolerance =
+                    args.tolerance
+                        .unwrap_or(if plain { 0.0 } else { BATCHED_TOLERANCE });
+                rt.block_on(one_run(
+                    &server.addr,
+                    &pool,
+                    args,
+                    tolerance,
+                    &mut results[k].1,
+                ))?;
                 drop(server);
             }
         }

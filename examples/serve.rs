@@ -1,13 +1,14 @@
 //! An HTTP inference server: hyper's HTTP/1 connections (an axum router)
 //! on a multi-thread tokio runtime, a model (one float tensor in, one out)
-//! run by a pool of worker threads fed by a bounded queue
+//! run by worker threads: a batcher's, or a pool fed by a bounded queue
 //! (docs/serving.md). The model is a TorchScript file (`tch::CModule`), or
 //! an AOTInductor package when its path ends in `.pt2`
 //! ([`tch_scope::aoti::Package`]).
 //!
 //! ```text
 //! cargo run --release -p examples --example serve -- --addr 127.0.0.1:8080 \
-//!     [--model PATH] [--workers N] [--queue N] [--plain] [--debug]
+//!     [--model PATH] [--workers N] [--queue N] [--max-batch N] [--max-delay-ms MS] \
+//!     [--plain] [--debug]
 //! ```
 //!
 //! - `POST /predict` `{"shape": [n, …], "data": [f32, …]}` (row-major,
@@ -36,8 +37,13 @@
 //! The tch-scope server: the handler is an attributed `async fn`
 //! (`inference_mode`, `timed`, `deadline(until = arrival + budget)`); it
 //! captures its [`Context`] and queues it with the input; a worker enters
-//! it and runs the model in an [`Inference`] handle. `--plain` serves the
-//! same with plain tch: `tch::no_grad`, the model put in eval once, the
+//! it and runs the model in an [`Inference`] handle. By default the queue
+//! is a [`Batcher`] (`--max-batch`, default 32; `--max-delay-ms`, default
+//! 2): requests of equal scope state are computed together, each by its
+//! deadline (an expired one answered 504 uncomputed), a request whose
+//! client went is dropped uncomputed, and one bad request fails alone
+//! ([`Batched`]). `--max-batch 1` keeps the worker pool (one request a
+//! forward). `--plain` never batches; it serves the same with plain tch: `tch::no_grad`, the model put in eval once, the
 //! time taken by hand, the deadline checked by hand between steps.
 //!
 //! A `.pt2` package: tch has no loader for one (tch-rs #979), so `--plain`
@@ -51,15 +57,16 @@
 #[path = "common/floats.rs"]
 mod floats;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::task::Poll;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -78,8 +85,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tch::{CModule, Device, Kind, TchError, Tensor};
 use tch_scope::aoti::Package;
+use tch_scope::batch::{self, BatchError, BatchOptions, Batcher, Ticket as BatchTicket};
 use tch_scope::{
-    Context, Inference, ScopeError, Trainable, is_grad_enabled, is_inference_mode_enabled, scope,
+    Context, Inference, ScopeError, Servable, Trainable, is_grad_enabled,
+    is_inference_mode_enabled, scope,
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -88,7 +97,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 const USAGE: &str = "usage: serve [--addr HOST:PORT] [--model PATH] [--workers N] [--queue N] \
 [--plain] [--body-limit BYTES] [--deadline-ms MS] [--intra-op-threads N] [--debug] \
 [--header-timeout-s S] [--idle-timeout-s S] [--body-timeout-s S] [--max-connections N] \
-[--shutdown-timeout-s S] [--stuck-after-s S] [--warmup-shape DIMS|none]";
+[--shutdown-timeout-s S] [--stuck-after-s S] [--warmup-shape DIMS|none] [--max-batch N] \
+[--max-delay-ms MS]";
 
 /// The model `scripts/export_models.py` exports with the bootstrap's
 /// PyTorch: [n, 32] -> [n, 8], BatchNorm and Dropout, saved in training mode.
@@ -120,6 +130,12 @@ struct Args {
     stuck_after: Duration,
     /// The input each worker runs once at its start (zeros); `None`: none.
     warmup_shape: Option<Vec<i64>>,
+    /// The tch-scope server's most requests a forward (1: no batching,
+    /// the worker pool as without a batcher). `--plain` never batches.
+    max_batch: usize,
+    /// How long a batch may wait for more requests (when the workers are
+    /// loaded: see `tch_scope::batch`).
+    max_delay: Duration,
 }
 
 /// A connection's clocks (see [`ConnClock`]).
@@ -152,6 +168,8 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         shutdown_timeout: Duration::from_secs(10),
         stuck_after: Duration::from_secs(60),
         warmup_shape: Some(vec![1, 32]),
+        max_batch: 32,
+        max_delay: Duration::from_millis(2),
     };
     fn value<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, String> {
         let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
@@ -210,9 +228,20 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--shutdown-timeout-s" => args.shutdown_timeout = seconds(&flag, it.next())?,
             "--stuck-after-s" => args.stuck_after = seconds(&flag, it.next())?,
             "--warmup-shape" => args.warmup_shape = shape(it.next())?,
+            "--max-batch" => args.max_batch = value(&flag, it.next())?,
+            "--max-delay-ms" => {
+                let ms: u64 = value(&flag, it.next())?;
+                if ms > 10_000 {
+                    return Err("--max-delay-ms must be at most 10000".into());
+                }
+                args.max_delay = Duration::from_millis(ms);
+            }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
+    }
+    if !(1..=4096).contains(&args.max_batch) {
+        return Err("--max-batch must be from 1 to 4096".into());
     }
     if args.workers == 0 || args.queue == 0 || args.intra_op_threads < 1 {
         return Err("--workers, --queue and --intra-op-threads must be at least 1".into());
@@ -513,11 +542,21 @@ trait Model {
     fn forward_one(&self, x: Tensor) -> Result<Tensor, ApiError>;
     /// Each module's training flag (none for a package).
     fn training(&self) -> Result<Vec<bool>, TchError>;
+    /// The batched server's forward: every output; an error of the model
+    /// itself (a 422, see [`refused`]) under the scope name [`MODEL`].
+    fn forward_batch(&self, xs: &[Tensor]) -> Result<Vec<Tensor>, ScopeError>;
 }
+
+/// The scope name of the model's own errors in the batched server.
+const MODEL: &str = "serve::model";
 
 impl Model for CModule {
     fn forward_one(&self, x: Tensor) -> Result<Tensor, ApiError> {
         self.forward_ts(&[x]).map_err(|e| refused(&e.to_string()))
+    }
+
+    fn forward_batch(&self, xs: &[Tensor]) -> Result<Vec<Tensor>, ScopeError> {
+        batch::cmodule_forward(self, xs).map_err(|e| ScopeError::new(MODEL, None, e.reason()))
     }
 
     fn training(&self) -> Result<Vec<bool>, TchError> {
@@ -541,6 +580,17 @@ impl Model for Package {
 
     fn training(&self) -> Result<Vec<bool>, TchError> {
         Ok(Vec::new())
+    }
+
+    fn forward_batch(&self, xs: &[Tensor]) -> Result<Vec<Tensor>, ScopeError> {
+        // Refused at the run's entry by the deadline: its own error (504).
+        batch::package_forward(self, xs).map_err(|e| {
+            if e.is_ended() {
+                e
+            } else {
+                ScopeError::new(MODEL, None, e.to_string())
+            }
+        })
     }
 }
 
@@ -760,6 +810,11 @@ fn thread_state(engine: &Engine) -> Result<ThreadState, TchError> {
         Engine::ScopedPackage(served) => served.get_ref().training()?,
         Engine::PlainPackage(model) => model.training()?,
     };
+    state_with(model_training)
+}
+
+/// This thread's state, with the model's modes given.
+fn state_with(model_training: Vec<bool>) -> Result<ThreadState, TchError> {
     let ops_ok = Tensor::f_zeros([2], (Kind::Float, Device::Cpu))
         .and_then(|t| t.f_add_scalar(1))
         .is_ok();
@@ -1017,9 +1072,475 @@ fn worker_loop(w: WorkerCtx) {
     }
 }
 
+// ---- the batched server ----------------------------------------------------
+
+/// The tch-scope server with `--max-batch` above 1: each request goes to a
+/// [`Batcher`] (captured in the handler's scopes, by its deadline), whose
+/// `--workers` threads (`model-worker-N`) are the model's workers. The
+/// debug routes, the warm-up and `x-debug-fault` reach those threads as
+/// control requests: one input, a 0-dim `int64` tensor naming a
+/// [`Control`] (never batched: it has no dim 0). A request's own input is
+/// always `float`, so it is never taken for one.
+struct Batched {
+    engine: Arc<BatchEngine>,
+    controls: Arc<Controls>,
+    /// `--queue`: requests waiting for a worker; one more gets 503.
+    queue: usize,
+    /// The warm-up requests' tickets (dropping one would cancel it).
+    _warm_ups: Vec<BatchTicket>,
+}
+
+/// The batcher over the model's kind.
+enum BatchEngine {
+    Module(Batcher<CModule>),
+    Package(Batcher<Package>),
+}
+
+impl BatchEngine {
+    fn submit_in(
+        &self,
+        ctx: Context,
+        inputs: Vec<Tensor>,
+        deadline: Option<Instant>,
+    ) -> BatchTicket {
+        match self {
+            Self::Module(b) => b.submit_in(ctx, inputs, deadline),
+            Self::Package(b) => b.submit_in(ctx, inputs, deadline),
+        }
+    }
+
+    fn queued(&self) -> usize {
+        match self {
+            Self::Module(b) => b.queued(),
+            Self::Package(b) => b.queued(),
+        }
+    }
+
+    fn stats(&self) -> batch::BatchStats {
+        match self {
+            Self::Module(b) => b.stats(),
+            Self::Package(b) => b.stats(),
+        }
+    }
+}
+
+/// What a control request makes the worker that takes it do.
+enum Control {
+    /// The warm-up forward, once per worker (each waits at the meeting,
+    /// bounded, so that every worker takes one).
+    WarmUp {
+        meeting: Arc<Meeting>,
+        shape: Vec<i64>,
+    },
+    /// `/debug/workers`: as [`Job::Check`].
+    Check {
+        meeting: Arc<Meeting>,
+        reply: tokio::sync::mpsc::UnboundedSender<Result<WorkerReport, String>>,
+    },
+    /// `/debug/pause`: holds the worker until the gate opens.
+    Pause(Arc<Gate>),
+    /// `x-debug-fault` on a request (the control is its second input):
+    /// done before its forward. `died` hears which worker a `die` ended.
+    Fault {
+        fault: Fault,
+        died: Option<oneshot::Sender<usize>>,
+    },
+}
+
+/// What the batcher's forward shares with the routes.
+struct Controls {
+    next: AtomicI64,
+    ops: Mutex<HashMap<i64, Control>>,
+    workers: Arc<Workers>,
+    /// Each worker's state at its first control request (the warm-up or
+    /// a check; both are submitted from a thread with no scope open).
+    at_start: Vec<OnceLock<Result<ThreadState, String>>>,
+    /// Each worker's model forwards (a batch counts once).
+    jobs: Vec<AtomicU64>,
+    /// `--intra-op-threads`, set on each worker's own thread.
+    threads: i32,
+    /// Where a worker ended by `x-debug-fault: die` waits (never taking a
+    /// request again) until shutdown opens it.
+    graveyard: Gate,
+}
+
+thread_local! {
+    /// This batcher thread's worker number, once known.
+    static WORKER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// The batcher's thread names: `model-worker-N`, as the pool's.
+const WORKER_NAME: &str = "model-worker";
+
+impl Controls {
+    /// Registers `op`; the marker tensor that names it.
+    fn add(&self, op: Control) -> Result<(i64, Tensor), TchError> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let marker = Tensor::f_scalar_tensor(id, (Kind::Int64, Device::Cpu))?;
+        self.lock().insert(id, op);
+        Ok((id, marker))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Control>> {
+        self.ops.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The control `t` names, if `t` is a marker and the control is still
+    /// registered (taken once).
+    fn take(&self, t: &Tensor) -> Option<Control> {
+        if t.dim() != 0 || t.f_kind().ok() != Some(Kind::Int64) {
+            return None;
+        }
+        let id = t.f_int64_value(&[]).ok()?;
+        self.lock().remove(&id)
+    }
+
+    /// This thread's worker number; on its first call, its intra-op
+    /// thread count is set.
+    fn worker(&self) -> usize {
+        WORKER.with(|w| {
+            if let Some(i) = w.get() {
+                return i;
+            }
+            tch::set_num_threads(self.threads);
+            let i = std::thread::current()
+                .name()
+                .and_then(|n| n.strip_prefix(WORKER_NAME)?.strip_prefix('-')?.parse().ok())
+                .unwrap_or(0usize)
+                .min(self.jobs.len() - 1);
+            w.set(Some(i));
+            i
+        })
+    }
+
+    fn record_start(&self, id: usize, m: &impl Model) {
+        self.at_start[id]
+            .get_or_init(|| m.training().and_then(state_with).map_err(|e| e.to_string()));
+    }
+
+    /// The model's forward, counted; a success marks the worker warmed.
+    fn run_model(
+        &self,
+        id: usize,
+        m: &impl Model,
+        xs: &[Tensor],
+    ) -> Result<Vec<Tensor>, ScopeError> {
+        let r = m.forward_batch(xs);
+        self.jobs[id].fetch_add(1, Ordering::Relaxed);
+        if r.is_ok() {
+            self.workers.slots[id].warmed.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// A control request on worker `id`.
+    fn control(&self, id: usize, m: &impl Model, op: Control) {
+        match op {
+            Control::WarmUp { meeting, shape } => {
+                self.record_start(id, m);
+                meeting.arrive(DEBUG_WAIT);
+                // As requests run: inside `inference_mode`.
+                let r = tch_scope::scoped!(inference_mode => {
+                    Tensor::f_zeros(shape.as_slice(), (Kind::Float, Device::Cpu))
+                        .map_err(|e| ScopeError::new(MODEL, None, e.to_string()))
+                        .and_then(|x| self.run_model(id, m, &[x]))
+                });
+                if let Err(e) = r {
+                    eprintln!(
+                        "serve: worker {id}: the warm-up forward on zeros of shape {shape:?} \
+                         failed ({}); ready after its first request",
+                        refused(e.reason()).message
+                    );
+                }
+                self.workers.set(id, Phase::Idle);
+            }
+            Control::Check { meeting, reply } => {
+                self.record_start(id, m);
+                if reply.is_closed() {
+                    meeting.cancel();
+                    return;
+                }
+                if !meeting.arrive(DEBUG_WAIT) {
+                    let _ = reply.send(Err(format!(
+                        "worker {id}: not every worker took a check within {DEBUG_WAIT:?}"
+                    )));
+                    return;
+                }
+                let now = m.training().and_then(state_with);
+                let report = match (self.at_start[id].get(), now) {
+                    (Some(Ok(a)), Ok(now)) => Ok(WorkerReport {
+                        worker: id,
+                        jobs: self.jobs[id].load(Ordering::Relaxed),
+                        at_start: a.clone(),
+                        now,
+                    }),
+                    (Some(Err(e)), _) => Err(format!("worker {id} at its start: {e}")),
+                    (_, Err(e)) => Err(format!("worker {id}: {e}")),
+                    (None, _) => Err(format!("worker {id}: no state at its start")),
+                };
+                let _ = reply.send(report);
+            }
+            Control::Pause(gate) => {
+                self.workers.set(id, Phase::Paused);
+                gate.hold();
+                self.workers.set(id, Phase::Idle);
+            }
+            // A fault comes as a request's second input, not alone.
+            Control::Fault { .. } => {}
+        }
+    }
+}
+
+/// Busy while it lives (a forward, a fault's sleep); idle after, unless
+/// the worker is gone.
+struct Busy<'a> {
+    workers: &'a Workers,
+    id: usize,
+}
+
+impl<'a> Busy<'a> {
+    fn new(workers: &'a Workers, id: usize) -> Self {
+        workers.set(id, Phase::Busy);
+        Self { workers, id }
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        if self.workers.phase(self.id).0 != Phase::Gone {
+            self.workers.set(self.id, Phase::Idle);
+        }
+    }
+}
+
+/// The batcher's forward: a control request, a request with a fault, or
+/// a batch of requests (their inputs concatenated along dim 0).
+fn batched_forward(c: &Controls, m: &impl Model, xs: &[Tensor]) -> Result<Vec<Tensor>, ScopeError> {
+    let id = c.worker();
+    match xs {
+        [ctl] if ctl.dim() == 0 => {
+            if let Some(op) = c.take(ctl) {
+                c.control(id, m, op);
+                return Ok(Vec::new());
+            }
+            let _busy = Busy::new(&c.workers, id);
+            c.run_model(id, m, xs)
+        }
+        [x, ctl] if ctl.dim() == 0 => {
+            let _busy = Busy::new(&c.workers, id);
+            if let Some(Control::Fault { fault, died }) = c.take(ctl) {
+                match fault {
+                    Fault::Panic(message) => panic!("{message}"),
+                    Fault::Sleep(d) => std::thread::sleep(d),
+                    Fault::Die => {
+                        // Gone before the client hears: /healthz says so
+                        // at once; the thread takes nothing more.
+                        c.workers.set(id, Phase::Gone);
+                        if let Some(tx) = died {
+                            let _ = tx.send(id);
+                        }
+                        c.graveyard.hold();
+                        return Err(ScopeError::new("serve::worker", None, "the worker is gone"));
+                    }
+                }
+            }
+            c.run_model(id, m, std::slice::from_ref(x))
+        }
+        _ => {
+            let _busy = Busy::new(&c.workers, id);
+            c.run_model(id, m, xs)
+        }
+    }
+}
+
+/// Removes a request's fault from the registry when the request ends
+/// (taken or not).
+struct Registered<'a>(&'a Controls, Option<i64>);
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.1 {
+            self.0.lock().remove(&id);
+        }
+    }
+}
+
+impl Batched {
+    /// Starts the batcher over `served` and queues each worker's warm-up.
+    fn start<M: Model + Servable + Send + Sync + 'static>(
+        served: Inference<M>,
+        args: &Args,
+        workers: Arc<Workers>,
+        wrap: fn(Batcher<M>) -> BatchEngine,
+    ) -> Result<Batched, String> {
+        let n = args.workers;
+        let controls = Arc::new(Controls {
+            next: AtomicI64::new(0),
+            ops: Mutex::new(HashMap::new()),
+            workers,
+            at_start: (0..n).map(|_| OnceLock::new()).collect(),
+            jobs: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            threads: args.intra_op_threads,
+            graveyard: Gate::default(),
+        });
+        let options = BatchOptions::new()
+            .max_batch(args.max_batch)
+            .max_delay(args.max_delay)
+            .workers(n)
+            .name(WORKER_NAME);
+        let c = Arc::clone(&controls);
+        let batcher = Batcher::new(Arc::new(served), options, move |m: &M, xs: &[Tensor]| {
+            batched_forward(&c, m, xs)
+        })
+        .map_err(|e| format!("cannot start the batcher: {e}"))?;
+        let mut b = Batched {
+            engine: Arc::new(wrap(batcher)),
+            controls,
+            queue: args.queue,
+            _warm_ups: Vec::with_capacity(n),
+        };
+        match &args.warmup_shape {
+            Some(shape) => {
+                let meeting = Arc::new(Meeting::new(n));
+                for _ in 0..n {
+                    let op = Control::WarmUp {
+                        meeting: Arc::clone(&meeting),
+                        shape: shape.clone(),
+                    };
+                    // Its answer is not waited for: the worker's phase and
+                    // `warmed` say how it went.
+                    let ticket = b.control(op).map_err(|e| e.message)?;
+                    b._warm_ups.push(ticket);
+                }
+            }
+            None => (0..n).for_each(|i| b.controls.workers.set(i, Phase::Idle)),
+        }
+        Ok(b)
+    }
+
+    /// Submits a control request (from a thread with no scope open); its
+    /// ticket must be kept until it is taken.
+    fn control(&self, op: Control) -> Result<BatchTicket, ApiError> {
+        let (_, marker) = self
+            .controls
+            .add(op)
+            .map_err(|e| ApiError::internal(format!("cannot build a control request: {e}")))?;
+        Ok(self
+            .engine
+            .submit_in(Context::capture(), vec![marker], None))
+    }
+
+    /// One request through the batcher, in `ctx` (the handler's scopes),
+    /// by `deadline`; a client that goes drops the ticket, and with it the
+    /// request if no worker has taken it.
+    async fn predict(
+        &self,
+        ctx: Context,
+        deadline: Instant,
+        input: Input,
+        fault: Option<Fault>,
+    ) -> Result<Output, ApiError> {
+        if self.controls.workers.live() == 0 {
+            return Err(ApiError::internal("no model worker is running"));
+        }
+        let waiting = self.engine.queued();
+        if waiting >= self.queue {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the queue is full ({waiting} requests waiting)"),
+            ));
+        }
+        // The handler's deadline refuses operators past it: building the
+        // input then is the deadline's 504, not a server failure.
+        let late = |what: &str, e: Option<TchError>| match Instant::now()
+            .checked_duration_since(deadline)
+        {
+            Some(late) => ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!("deadline passed {late:?} ago {what}"),
+            ),
+            None => ApiError::internal(format!(
+                "cannot build the input: {}",
+                e.map_or_else(String::new, |e| e.to_string())
+            )),
+        };
+        if Instant::now() >= deadline {
+            return Err(late("before the input", None));
+        }
+        let x = input_tensor(&input).map_err(|e| {
+            if Instant::now() >= deadline {
+                late("building the input", None)
+            } else {
+                e
+            }
+        })?;
+        let (mut registered, mut died) = (Registered(&self.controls, None), None);
+        let inputs = match fault {
+            None => vec![x],
+            Some(fault) => {
+                let (tx, rx) = oneshot::channel();
+                let op = Control::Fault {
+                    fault,
+                    died: Some(tx),
+                };
+                let (id, marker) = self
+                    .controls
+                    .add(op)
+                    .map_err(|e| late("building the input", Some(e)))?;
+                registered.1 = Some(id);
+                died = Some(rx);
+                vec![x, marker]
+            }
+        };
+        let ticket = self.engine.submit_in(ctx, inputs, Some(deadline));
+        let answer = match died {
+            None => ticket.await,
+            Some(mut died) => tokio::select! {
+                a = ticket => a,
+                Ok(worker) = &mut died => {
+                    return Err(ApiError::internal(format!(
+                        "worker {worker} ended while running the request"
+                    )));
+                }
+            },
+        };
+        drop(registered);
+        let ys = answer.map_err(batch_error)?;
+        let [y] = ys.as_slice() else {
+            return Err(ApiError::internal(format!(
+                "the model returned {} tensors, not one",
+                ys.len()
+            )));
+        };
+        read_output(y).map_err(|e| {
+            if Instant::now() >= deadline {
+                late("reading the output", None)
+            } else {
+                e
+            }
+        })
+    }
+}
+
+/// A request's `BatchError` as its answer: expired (never computed) or
+/// ended by its deadline 504, refused by the model 422, else 500.
+fn batch_error(e: BatchError) -> ApiError {
+    match e {
+        BatchError::Expired { .. } => ApiError::new(StatusCode::GATEWAY_TIMEOUT, e.to_string()),
+        BatchError::Failed(e) if e.is_ended() => e.into(),
+        BatchError::Failed(e) if e.scope() == MODEL => refused(e.reason()),
+        BatchError::Failed(e) => ApiError::internal(e.to_string()),
+        BatchError::Panicked(message) => ApiError::panicked("a model worker", message),
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
 // ---- the HTTP side ---------------------------------------------------------
 
 struct App {
+    /// The batched server's model side (`--max-batch` above 1); `None`:
+    /// the worker pool behind `jobs`.
+    batched: Option<Batched>,
     jobs: SyncSender<Job>,
     depth: Arc<AtomicUsize>,
     workers: Arc<Workers>,
@@ -1096,6 +1617,32 @@ impl App {
         }
     }
 
+    /// Sends a debug job to the workers: on the pool's queue, or as a
+    /// control request to the batcher (its ticket, to keep until taken).
+    async fn send_control(
+        &self,
+        job: Job,
+        until: Instant,
+    ) -> Result<Option<BatchTicket>, ApiError> {
+        let Some(b) = &self.batched else {
+            return self.enqueue_by(job, until).await.map(|()| None);
+        };
+        let op = match job {
+            Job::Check { meeting, reply } => Control::Check { meeting, reply },
+            Job::Pause(gate) => Control::Pause(gate),
+            Job::Predict { .. } => return Err(ApiError::internal("a request is not a control")),
+        };
+        b.control(op).map(Some)
+    }
+
+    /// Requests waiting for a worker.
+    fn queue_depth(&self) -> usize {
+        match &self.batched {
+            Some(b) => b.engine.queued(),
+            None => self.depth.load(Ordering::Relaxed),
+        }
+    }
+
     /// Queues the input and waits for a worker's answer.
     async fn run(
         &self,
@@ -1144,8 +1691,11 @@ async fn predict(
     fault: Option<Fault>,
 ) -> Result<Output, ApiError> {
     let input = read_input(body, app.body_limit, app.body_timeout).await?;
-    app.run(Ticket::Scoped(Context::capture()), input, fault)
-        .await
+    let ctx = Context::capture();
+    match &app.batched {
+        Some(b) => b.predict(ctx, arrival + budget, input, fault).await,
+        None => app.run(Ticket::Scoped(ctx), input, fault).await,
+    }
 }
 
 /// The plain handler: the same, timed by hand.
@@ -1215,13 +1765,19 @@ async fn predict_route(State(app): State<Arc<App>>, headers: HeaderMap, body: Bo
     metrics::counter!("http_requests_total", "path" => "/predict", "status" => status).increment(1);
     metrics::histogram!("http_request_duration_seconds", "path" => "/predict")
         .record(arrival.elapsed().as_secs_f64());
-    metrics::gauge!("serve_queue_depth").set(app.depth.load(Ordering::Relaxed) as f64);
+    metrics::gauge!("serve_queue_depth").set(app.queue_depth() as f64);
     response
 }
 
 async fn metrics_route(State(app): State<Arc<App>>) -> Response {
     let open = app.max_connections as usize - app.connections.available_permits();
     metrics::gauge!("serve_connections_open").set(open as f64);
+    metrics::gauge!("serve_queue_depth").set(app.queue_depth() as f64);
+    if let Some(b) = &app.batched {
+        let stats = b.engine.stats();
+        metrics::gauge!("serve_batch_largest").set(stats.largest_batch as f64);
+        metrics::gauge!("serve_batch_split").set(stats.split_batches as f64);
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -1322,13 +1878,16 @@ async fn workers_route(State(app): State<Arc<App>>) -> Response {
     let until = Instant::now() + DEBUG_WAIT;
     let meeting = Arc::new(Meeting::new(n));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // The batcher's control requests: cancelled if this route goes.
+    let mut tickets = Vec::new();
     for _ in 0..n {
         let job = Job::Check {
             meeting: Arc::clone(&meeting),
             reply: tx.clone(),
         };
-        if let Err(e) = app.enqueue_by(job, until).await {
-            return e.into_response();
+        match app.send_control(job, until).await {
+            Ok(t) => tickets.extend(t),
+            Err(e) => return e.into_response(),
         }
     }
     drop(tx);
@@ -1344,6 +1903,7 @@ async fn workers_route(State(app): State<Arc<App>>) -> Response {
             }
         }
     }
+    drop(tickets);
     workers.sort_by_key(|w: &WorkerReport| w.worker);
     workers.dedup_by_key(|w| w.worker);
     if workers.len() != n {
@@ -1391,9 +1951,14 @@ async fn pause_route(State(app): State<Arc<App>>) -> Response {
     let until = Instant::now() + DEBUG_WAIT;
     let mut sent = Ok(());
     for _ in 0..n {
-        sent = app.enqueue_by(Job::Pause(Arc::clone(&gate)), until).await;
-        if sent.is_err() {
-            break;
+        match app.send_control(Job::Pause(Arc::clone(&gate)), until).await {
+            // Kept until the worker is let go.
+            Ok(Some(ticket)) => drop(tokio::spawn(ticket)),
+            Ok(None) => {}
+            Err(e) => {
+                sent = Err(e);
+                break;
+            }
         }
     }
     while sent.is_ok() && gate.held() < n && Instant::now() < until {
@@ -1451,6 +2016,14 @@ fn install_metrics() -> Result<PrometheusHandle, String> {
         "The plain server's predict handler, timed by hand."
     );
     metrics::describe_gauge!("serve_connections_open", "Client connections open.");
+    metrics::describe_gauge!(
+        "serve_batch_largest",
+        "The most requests one forward computed (the batched server)."
+    );
+    metrics::describe_gauge!(
+        "serve_batch_split",
+        "Batches that failed and ran again request by request (the batched server)."
+    );
     metrics::describe_counter!(
         "serve_connections_closed_total",
         "Connections the server closed, by reason (idle, header_timeout)."
@@ -1460,6 +2033,7 @@ fn install_metrics() -> Result<PrometheusHandle, String> {
         "Queued requests dropped before the model ran, by reason."
     );
     tch_scope::report::describe_metrics();
+    batch::describe_metrics();
     Ok(handle)
 }
 
@@ -1715,6 +2289,28 @@ fn watch_signals(stop: watch::Sender<bool>, bound: Duration) -> Result<(), Strin
     Ok(())
 }
 
+/// Drops the batcher (its workers finish what is queued, then end) and
+/// says, as the pool's shutdown does, that the model is back in its modes.
+fn close_batcher(engine: Arc<BatchEngine>) {
+    let Ok(engine) = Arc::try_unwrap(engine) else {
+        return;
+    };
+    match engine {
+        BatchEngine::Module(b) => {
+            let served = Arc::clone(b.served());
+            drop(b);
+            if let Ok(served) = Arc::try_unwrap(served) {
+                let model = served.into_inner();
+                let training = model.modes().map(|m| m.iter().filter(|t| **t).count());
+                println!(
+                    "stopped; the model is back in its saved modes ({training:?} modules training)"
+                );
+            }
+        }
+        BatchEngine::Package(b) => drop(b),
+    }
+}
+
 /// Whether `path` names an AOTInductor package (`.pt2`, any case) rather
 /// than a TorchScript file.
 fn is_package(path: &std::path::Path) -> bool {
@@ -1743,6 +2339,13 @@ fn run(args: Args) -> Result<(), String> {
     // One intra-op thread per worker: the workers are the parallelism
     // (worker threads copy this process value at their first parallel op).
     tch::set_num_threads(args.intra_op_threads);
+    // Before the batcher's warm-up, whose batches it counts.
+    let metrics = install_metrics()?;
+    let pool = Arc::new(Workers::new(args.workers));
+    // The tch-scope server batches unless `--max-batch 1`; `--plain` never.
+    let batching = !args.plain && args.max_batch > 1;
+    let mut batched = None;
+    let served = |e: ScopeError| e.to_string();
     let engine = if is_package(&args.model) {
         // As many runners as workers: one runner would serialize them.
         let model = Package::options()
@@ -1750,9 +2353,16 @@ fn run(args: Args) -> Result<(), String> {
             .load(&args.model)
             .map_err(|e| format!("cannot load {}: {e}", args.model.display()))?;
         if args.plain {
-            Engine::PlainPackage(model)
+            Some(Engine::PlainPackage(model))
+        } else if batching {
+            let served = Inference::new(model).map_err(served)?;
+            let b = Batched::start(served, &args, Arc::clone(&pool), BatchEngine::Package)?;
+            batched = Some(b);
+            None
         } else {
-            Engine::ScopedPackage(Inference::new(model).map_err(|e| e.to_string())?)
+            Some(Engine::ScopedPackage(
+                Inference::new(model).map_err(served)?,
+            ))
         }
     } else {
         let model = CModule::load(&args.model)
@@ -1760,40 +2370,52 @@ fn run(args: Args) -> Result<(), String> {
         if args.plain {
             let mut model = model;
             model.set_eval();
-            Engine::Plain(model)
+            Some(Engine::Plain(model))
+        } else if batching {
+            let served = Inference::new(model).map_err(served)?;
+            let b = Batched::start(served, &args, Arc::clone(&pool), BatchEngine::Module)?;
+            batched = Some(b);
+            None
         } else {
-            Engine::Scoped(Inference::new(model).map_err(|e| e.to_string())?)
+            Some(Engine::Scoped(Inference::new(model).map_err(served)?))
         }
     };
-    debug_assert_eq!(engine.plain(), args.plain);
-    let engine = Arc::new(engine);
-    let metrics = install_metrics()?;
+    debug_assert!(engine.as_ref().is_none_or(|e| e.plain() == args.plain));
+    let engine = engine.map(Arc::new);
+    // What shutdown closes once every handler is gone.
+    let closing = batched
+        .as_ref()
+        .map(|b: &Batched| (Arc::clone(&b.engine), Arc::clone(&b.controls)));
 
     let (tx, rx) = sync_channel::<Job>(args.queue);
     let rx = Arc::new(Mutex::new(rx));
     let depth = Arc::new(AtomicUsize::new(0));
-    let pool = Arc::new(Workers::new(args.workers));
-    let workers: Vec<JoinHandle<()>> = (0..args.workers)
-        .map(|id| {
-            let w = WorkerCtx {
-                id,
-                jobs: Arc::clone(&rx),
-                engine: Arc::clone(&engine),
-                depth: Arc::clone(&depth),
-                workers: Arc::clone(&pool),
-                warmup: args.warmup_shape.clone(),
-                threads: args.intra_op_threads,
-            };
-            std::thread::Builder::new()
-                .name(format!("model-worker-{id}"))
-                .spawn(move || worker_loop(w))
-                .map_err(|e| format!("cannot start a worker: {e}"))
-        })
-        .collect::<Result<_, _>>()?;
+    // The worker pool, without a batcher (it has threads of its own).
+    let mut workers: Vec<JoinHandle<()>> = match &engine {
+        None => Vec::new(),
+        Some(engine) => (0..args.workers)
+            .map(|id| {
+                let w = WorkerCtx {
+                    id,
+                    jobs: Arc::clone(&rx),
+                    engine: Arc::clone(engine),
+                    depth: Arc::clone(&depth),
+                    workers: Arc::clone(&pool),
+                    warmup: args.warmup_shape.clone(),
+                    threads: args.intra_op_threads,
+                };
+                std::thread::Builder::new()
+                    .name(format!("model-worker-{id}"))
+                    .spawn(move || worker_loop(w))
+                    .map_err(|e| format!("cannot start a worker: {e}"))
+            })
+            .collect::<Result<_, _>>()?,
+    };
     drop(rx);
 
     let connections = Arc::new(Semaphore::new(args.max_connections as usize));
     let app = Arc::new(App {
+        batched,
         jobs: tx,
         depth,
         workers: pool,
@@ -1855,8 +2477,17 @@ fn run(args: Args) -> Result<(), String> {
         } else {
             "TorchScript"
         };
+        let batches = if batching {
+            format!(
+                ", batches of up to {} within {} ms",
+                args.max_batch,
+                args.max_delay.as_millis()
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "listening on http://{local} ({kind}, {} workers, queue {}, {format} model {})",
+            "listening on http://{local} ({kind}, {} workers, queue {}{batches}, {format} model {})",
             args.workers,
             args.queue,
             args.model.display()
@@ -1922,6 +2553,17 @@ fn run(args: Args) -> Result<(), String> {
         // router's state, and the workers end once it is empty.
         drop(router);
         drop(app);
+        if let Some((engine, controls)) = closing {
+            // Workers ended by `x-debug-fault: die` go; the batcher then
+            // computes what is queued (its requests' clients are gone:
+            // cancelled) and joins its threads, off this runtime.
+            controls.graveyard.open();
+            let close = std::thread::Builder::new()
+                .name("batch-close".into())
+                .spawn(move || close_batcher(engine))
+                .map_err(|e| format!("cannot close the batcher: {e}"))?;
+            workers.push(close);
+        }
         // The workers finish what is queued (jobs whose client is gone are
         // skipped); give them what is left of the bound, at least 0.2 s.
         let workers_by = until.max(Instant::now() + Duration::from_millis(200));
@@ -1939,7 +2581,7 @@ fn run(args: Args) -> Result<(), String> {
     for w in workers {
         let _ = w.join();
     }
-    if let Ok(Engine::Scoped(served)) = Arc::try_unwrap(engine) {
+    if let Some(Ok(Engine::Scoped(served))) = engine.map(Arc::try_unwrap) {
         // The model back in the modes it was loaded with.
         let model = served.into_inner();
         let training = model.modes().map(|m| m.iter().filter(|t| **t).count());
