@@ -408,7 +408,10 @@ fn describe_load_error(msg: &str, model_name: &str) -> String {
     if msg.starts_with("Failed to initialize zip archive") {
         return format!("not an AOTInductor package (not a zip archive: {msg})");
     }
-    if msg.starts_with("Failed to find wrapper metadata") {
+    // libtorch 2.13 says the first, 2.11 the second.
+    if msg.starts_with("Failed to find wrapper metadata")
+        || msg.starts_with("Failed to find a generated cpp file or so file for model")
+    {
         // The loader goes on to list every file of the archive.
         return format!(
             "not an AOTInductor package, or none with a model named {model_name:?} \
@@ -422,20 +425,38 @@ fn describe_load_error(msg: &str, model_name: &str) -> String {
 /// is, with dtypes by name (the check gives ScalarType numbers).
 fn describe_input_error(msg: &str, inputs: &[&Tensor]) -> String {
     let msg = msg.trim_end();
+    if msg.contains("API call failed") {
+        // libtorch 2.11's runner: its check printed the reason on stderr
+        // and returned only this.
+        let given: Vec<String> = inputs.iter().map(|t| describe_tensor(t)).collect();
+        return format!(
+            "the package refused its inputs ({}); this libtorch's runner gives no reason \
+             (its check prints one on stderr): compare each input's shape, dtype and \
+             strides with the package's",
+            given.join(", ")
+        );
+    }
     let index = msg
         .strip_prefix("input_handles[")
         .and_then(|rest| rest.split_once(']'))
         .and_then(|(i, _)| i.parse::<usize>().ok());
     match index.and_then(|i| Some((i, inputs.get(i)?))) {
         Some((i, t)) => format!(
-            "input {i} (a {} tensor of shape {:?}, strides {:?}, on {:?}) does not match \
-             the package: {msg}",
-            t.f_kind()
-                .map_or_else(|_| "?".to_owned(), |k| format!("{k:?}")),
-            t.size(),
-            t.stride(),
-            t.device()
+            "input {i} ({}) does not match the package: {msg}",
+            describe_tensor(t)
         ),
         None => msg.to_owned(),
     }
+}
+
+/// `a Float tensor of shape [5, 32], strides [32, 1], on Cpu`.
+fn describe_tensor(t: &Tensor) -> String {
+    format!(
+        "a {} tensor of shape {:?}, strides {:?}, on {:?}",
+        t.f_kind()
+            .map_or_else(|_| "?".to_owned(), |k| format!("{k:?}")),
+        t.size(),
+        t.stride(),
+        t.device()
+    )
 }
