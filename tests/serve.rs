@@ -1229,7 +1229,12 @@ fn serves_a_pt2_package(plain: bool) {
 
     let (status, v) = predict(&s.addr, None, &input(2, 16));
     assert_eq!(status, 422, "{v}");
-    assert!(error(&v).contains("does not match the package"), "{v}");
+    // libtorch 2.11's runner gives no reason: the error says so instead.
+    assert!(
+        error(&v).contains("does not match the package")
+            || error(&v).contains("refused its inputs"),
+        "{v}"
+    );
 
     // The tch-scope server batches: its rows within 1e-5 of load's.
     let tolerance = if plain { "0" } else { "1e-5" };
