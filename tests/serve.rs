@@ -830,14 +830,17 @@ fn shutdown_is_bounded_by_its_flag() {
     std::thread::sleep(Duration::from_millis(500));
     let t = Instant::now();
     s.sigterm();
-    let exit = s.exit_within(Duration::from_secs(4));
+    // The bound (1 s), then up to 1 s to close what is busy, then the exit:
+    // well under the 20 s the request would take, with room for a loaded
+    // machine.
+    let exit = s.exit_within(Duration::from_secs(10));
     assert_eq!(
         exit.and_then(|e| e.code()),
         Some(1),
         "{exit:?} {:?} after SIGTERM",
         t.elapsed()
     );
-    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
 }
 
 /// The answer and its `x-request-id` header.
@@ -1087,73 +1090,9 @@ fn concurrent_debug_checks_all_answer() {
 
 // ---- an AOTInductor package ------------------------------------------------
 
-/// The bootstrap's torch folder (`.libtorch` points into its venv).
-fn torch_dir() -> Option<PathBuf> {
-    std::fs::canonicalize(workspace().join(".libtorch")).ok()
-}
-
-/// The python that exports packages (as tests/aoti.rs finds it).
-fn python() -> Option<PathBuf> {
-    if let Some(py) = std::env::var_os("TCH_SCOPE_PYTHON") {
-        return Some(py.into());
-    }
-    let py = torch_dir()?.join("../../../../bin/python");
-    py.exists().then_some(py)
-}
-
-/// `__version__` of torch/version.py, e.g. "2.13.0+cu130".
-fn torch_version() -> String {
-    let text = torch_dir()
-        .and_then(|t| std::fs::read_to_string(t.join("version.py")).ok())
-        .unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix("__version__ = "))
-        .map(|v| v.trim().trim_matches(['\'', '"']).to_owned())
-        .unwrap_or_else(|| "unknown".to_owned())
-}
-
-/// FNV-1a, as tests/aoti.rs keys the folder.
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// The packages scripts/export_pt2.py exports, in the folder tests/aoti.rs
-/// uses (the same key: torch version and the script's hash), exported here
-/// if missing; `None` (and a note) without a PyTorch python.
-fn packages() -> Option<&'static Path> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let script = workspace().join("scripts/export_pt2.py");
-        let text = std::fs::read(&script).expect("scripts/export_pt2.py");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join("aoti")
-            .join(format!("{}-{:016x}", torch_version(), fnv(&text)));
-        if dir.join("wide.json").exists() {
-            return Some(dir);
-        }
-        let Some(py) = python() else {
-            println!("skipped: no PyTorch python to export .pt2 packages with");
-            return None;
-        };
-        let child = Command::new(&py)
-            .arg(&script)
-            .arg(&dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run the export script");
-        let out = wait_bounded(child, CHILD_LIMIT, "scripts/export_pt2.py");
-        assert!(
-            out.status.success(),
-            "{py:?} {script:?} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some(dir)
-    })
-    .as_deref()
-}
+#[path = "pt2.rs"]
+mod pt2;
+use pt2::packages;
 
 fn floats_of_bits(v: &serde_json::Value) -> Vec<f32> {
     v.as_array()

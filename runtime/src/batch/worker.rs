@@ -1,0 +1,280 @@
+//! The worker loop: take a batch of requests of one state and shape, run
+//! it inside the first request's captured scopes, split the outputs back,
+//! and when a batch fails, run its requests one by one.
+
+#![allow(
+    clippy::wildcard_imports,
+    reason = "the parent's private types, and only those"
+)]
+
+use super::*;
+
+impl<M: Servable> Shared<M> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Queue> {
+        // The queue stays whole if a thread panicked holding the lock
+        // (nothing in between leaves it half-changed).
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn count(&self, counter: &AtomicU64, n: u64) {
+        if n > 0 {
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a forward as running until the value is dropped.
+    pub(super) fn computing(&self) -> Computing<'_> {
+        self.computing.fetch_add(1, Ordering::SeqCst);
+        Computing(&self.computing)
+    }
+
+    /// One forward that answered `n` requests with success.
+    pub(super) fn executed(&self, n: usize) {
+        let c = &self.counts;
+        self.count(&c.inferences, n as u64);
+        self.count(&c.executions, 1);
+        c.largest_batch.fetch_max(n as u64, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::executed(self.options.name, n as u64);
+    }
+}
+
+/// A worker thread: takes batches from the queue until it is closed and
+/// empty.
+pub(super) fn work<M: Servable>(shared: &Shared<M>) {
+    let mut span = Record::new(shared.options.name);
+    let max = shared.options.max_batch;
+    let delay = shared.options.max_delay;
+    let mut q = shared.lock();
+    // Whether this worker waited idle for its next request (else it comes
+    // from computing a batch, and what it finds queued came meanwhile).
+    let mut rested = true;
+    loop {
+        while q.requests.is_empty() {
+            if q.closed {
+                return;
+            }
+            q.idle += 1;
+            if q.gathering > 0 {
+                // An idle worker: a batch held for more should go now.
+                shared.gather.notify_all();
+            }
+            q = shared.work.wait(q).unwrap_or_else(PoisonError::into_inner);
+            q.idle -= 1;
+            rested = true;
+        }
+        // Requests (more than one) that queued while this worker computed
+        // (and, checked below, no other was idle): the batcher is loaded.
+        // One request alone may just be the next of a caller answered a
+        // moment ago: it is lone, and does not wait.
+        let backlog = !rested && q.requests.len() > 1;
+        let mut batch = Vec::with_capacity(max.min(q.requests.len()));
+        batch.extend(q.requests.pop_front());
+        q.take_fitting(&mut batch, max);
+        let wait = batch.len() < max
+            && !delay.is_zero()
+            && batch[0].shape.is_some()
+            && q.idle == 0
+            && (shared.computing.load(Ordering::SeqCst) > 0 || backlog)
+            && !q.closed;
+        if wait {
+            let mut until = Instant::now() + delay;
+            if let Some(d) = batch.iter().filter_map(|r| r.deadline).min() {
+                until = until.min(d);
+            }
+            q.gathering += 1;
+            loop {
+                let now = Instant::now();
+                if batch.len() >= max || q.closed || q.idle > 0 || now >= until {
+                    break;
+                }
+                q = shared
+                    .gather
+                    .wait_timeout(q, until - now)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+                q.take_fitting(&mut batch, max);
+            }
+            q.gathering -= 1;
+        }
+        if !q.requests.is_empty() && q.idle > 0 {
+            // What this batch left (other states, other shapes) for another.
+            shared.work.notify_one();
+        }
+        drop(q);
+        run_batch(shared, batch, &mut span);
+        q = shared.lock();
+        rested = false;
+    }
+}
+
+/// Removes the expired and cancelled requests, then computes the rest
+/// together (or one by one if that fails) and answers each.
+fn run_batch<M: Servable>(shared: &Shared<M>, batch: Vec<Request>, span: &mut Record) {
+    let now = Instant::now();
+    let (mut expired, mut cancelled) = (Vec::new(), 0);
+    let mut live = Vec::with_capacity(batch.len());
+    for r in batch {
+        if r.slot.is_gone() {
+            cancelled += 1;
+        } else if r.expired(now) {
+            expired.push(r);
+        } else {
+            live.push(r);
+        }
+    }
+    // Counted before they are answered: whoever reads an answer reads
+    // the counts too.
+    shared.count(&shared.counts.cancelled, cancelled);
+    shared.count(&shared.counts.expired, expired.len() as u64);
+    #[cfg(feature = "metrics")]
+    metrics::dropped(shared.options.name, expired.len() as u64, cancelled);
+    for r in expired {
+        let waited = now.saturating_duration_since(r.arrived);
+        r.slot.answer(Err(BatchError::Expired { waited }));
+    }
+    if live.is_empty() {
+        return;
+    }
+    #[cfg(feature = "metrics")]
+    metrics::batch(
+        shared.options.name,
+        live.iter()
+            .map(|r| now.saturating_duration_since(r.arrived)),
+    );
+    let _span = crate::trace::is_recording().then(|| {
+        for r in &live {
+            if let Some(from) = r.flow {
+                crate::trace::flow_end(from);
+            }
+        }
+        let Ok(g) = span.enter();
+        g
+    });
+    if live.len() == 1 {
+        run_alone(shared, &live[0]);
+        return;
+    }
+    match run_together(shared, &live) {
+        Ok(outputs) => {
+            shared.executed(live.len());
+            for (r, out) in live.iter().zip(outputs) {
+                r.slot.answer(Ok(out));
+            }
+        }
+        Err(e) => {
+            shared.count(&shared.counts.split_batches, 1);
+            let now = Instant::now();
+            let deadline_passed = matches!(&e, BatchError::Failed(s) if s.is_ended())
+                && live.iter().all(|r| r.expired(now));
+            for r in &live {
+                if deadline_passed {
+                    // The batch ran to its latest deadline: every
+                    // request's own run would end as it did.
+                    shared.count(&shared.counts.failed, 1);
+                    r.slot.answer(Err(e.clone()));
+                } else if r.slot.is_gone() {
+                    shared.count(&shared.counts.cancelled, 1);
+                    #[cfg(feature = "metrics")]
+                    metrics::dropped(shared.options.name, 0, 1);
+                } else if r.expired(Instant::now()) {
+                    // Late for its own run: answered as if still queued.
+                    shared.count(&shared.counts.expired, 1);
+                    #[cfg(feature = "metrics")]
+                    metrics::dropped(shared.options.name, 1, 0);
+                    let waited = now.saturating_duration_since(r.arrived);
+                    r.slot.answer(Err(BatchError::Expired { waited }));
+                } else {
+                    run_alone(shared, r);
+                }
+            }
+        }
+    }
+}
+
+/// The forward of one request, inputs and outputs untouched, in its own
+/// context; answers it.
+fn run_alone<M: Servable>(shared: &Shared<M>, r: &Request) {
+    let computing = shared.computing();
+    let answer: Answer = guarded(|| {
+        r.ctx
+            .run(|| (shared.forward)(shared.served.get_ref(), &r.inputs))
+            .and_then(|out| out)
+            .map_err(BatchError::Failed)
+    });
+    drop(computing);
+    match answer {
+        Ok(_) => shared.executed(1),
+        Err(_) => shared.count(&shared.counts.failed, 1),
+    }
+    r.slot.answer(answer);
+}
+
+/// One forward of the requests' inputs concatenated, in the context of the
+/// request with the latest deadline; the outputs split back per request.
+fn run_together<M: Servable>(
+    shared: &Shared<M>,
+    live: &[Request],
+) -> Result<Vec<Vec<Tensor>>, BatchError> {
+    let rows: Vec<i64> = live
+        .iter()
+        .map(|r| r.shape.as_ref().map_or(0, |s| s.rows))
+        .collect();
+    let total: i64 = rows.iter().sum();
+    let lead = live
+        .iter()
+        .max_by_key(|r| (r.deadline.is_none(), r.deadline))
+        .expect("a batch has requests");
+    let _computing = shared.computing();
+    guarded(|| {
+        lead.ctx
+            .run(|| {
+                let failed = |e: tch::TchError| {
+                    BatchError::Failed(ScopeError::new("batch", None, e.to_string()))
+                };
+                let inputs = (0..live[0].inputs.len())
+                    .map(|i| {
+                        let parts: Vec<&Tensor> = live.iter().map(|r| &r.inputs[i]).collect();
+                        Tensor::f_cat(&parts, 0).map_err(failed)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let outputs = (shared.forward)(shared.served.get_ref(), &inputs)
+                    .map_err(BatchError::Failed)?;
+                let mut each: Vec<Vec<Tensor>> = live
+                    .iter()
+                    .map(|_| Vec::with_capacity(outputs.len()))
+                    .collect();
+                for (k, y) in outputs.iter().enumerate() {
+                    if y.dim() == 0 || y.size()[0] != total {
+                        return Err(BatchError::Failed(ScopeError::new(
+                            "batch",
+                            None,
+                            format!(
+                                "output {k} of the batch has shape {:?}, not {total} rows first",
+                                y.size()
+                            ),
+                        )));
+                    }
+                    let parts = y.f_split_with_sizes(rows.as_slice(), 0).map_err(failed)?;
+                    for (mine, part) in each.iter_mut().zip(parts) {
+                        mine.push(part);
+                    }
+                }
+                Ok(each)
+            })
+            .map_err(BatchError::Failed)
+            .and_then(|r| r)
+    })
+}
+
+/// `f`'s value, or its panic as [`BatchError::Panicked`].
+fn guarded<T>(f: impl FnOnce() -> Result<T, BatchError>) -> Result<T, BatchError> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic with a non-string payload".to_owned());
+        Err(BatchError::Panicked(msg))
+    })
+}
