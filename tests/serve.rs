@@ -469,24 +469,14 @@ fn metrics_pass_promtool_check_metrics() {
     );
 }
 
-/// The short load run: `load --addr` against a server started here with
-/// `extra` flags, its outputs within `tolerance` of load's (0: bitwise).
-fn short_load(plain: bool, extra: &[&str], tolerance: &str) {
-    let workers = 2;
-    let mut flags = vec!["--workers", "2", "--queue", "64", "--body-limit", "65536"];
-    flags.extend_from_slice(extra);
-    let s = start(plain, &flags);
+/// `load --addr addr` with `extra` flags: 300 requests, 16 at a time,
+/// outputs within `tolerance` of load's own (0: bitwise); its JSON line.
+fn load_json(addr: &str, extra: &[&str], tolerance: &str) -> serde_json::Value {
     let child = Command::new(&bins()["load"])
-        .args([
-            "--addr",
-            &s.addr,
-            "--requests",
-            "300",
-            "--concurrency",
-            "16",
-            "--tolerance",
-            tolerance,
-        ])
+        .args(["--addr", addr])
+        .args(extra)
+        .args(["--requests", "300", "--concurrency", "16"])
+        .args(["--tolerance", tolerance])
         .args(["--warmup", "0", "--max-seconds", "120", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -495,8 +485,17 @@ fn short_load(plain: bool, extra: &[&str], tolerance: &str) {
     let out = wait_bounded(child, CHILD_LIMIT, "load");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "load failed: {stdout}");
-    let v: serde_json::Value =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+/// The short load run: `load --addr` against a server started here with
+/// `extra` flags, its outputs within `tolerance` of load's (0: bitwise).
+fn short_load(plain: bool, extra: &[&str], tolerance: &str) {
+    let workers = 2;
+    let mut flags = vec!["--workers", "2", "--queue", "64", "--body-limit", "65536"];
+    flags.extend_from_slice(extra);
+    let s = start(plain, &flags);
+    let v = load_json(&s.addr, &[], tolerance);
     let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
     assert_eq!(n("requests"), 300, "{v}");
     assert_eq!(n("wrong"), 0, "{v}");
@@ -1177,20 +1176,7 @@ fn serves_a_pt2_package(plain: bool) {
 
     // The tch-scope server batches: its rows within 1e-5 of load's.
     let tolerance = if plain { "0" } else { "1e-5" };
-    let child = Command::new(&bins()["load"])
-        .args(["--addr", &s.addr, "--model", model])
-        .args(["--requests", "300", "--concurrency", "16"])
-        .args(["--tolerance", tolerance])
-        .args(["--warmup", "0", "--max-seconds", "120", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("load starts");
-    let out = wait_bounded(child, CHILD_LIMIT, "load");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "load failed: {stdout}");
-    let v: serde_json::Value =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let v = load_json(&s.addr, &["--model", model], tolerance);
     let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
     assert_eq!(n("requests"), 300, "{v}");
     assert_eq!(n("wrong"), 0, "{v}");
