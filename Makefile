@@ -38,21 +38,39 @@ test: libtorch
 	@bash scripts/phase.sh linkage bash scripts/check-linkage.sh
 	@bash scripts/phase.sh downstream $(MAKE) --no-print-directory test-downstream
 
-# The serving benchmark (docs/serving.md): the tch-scope server and the
-# --plain one, as processes on loopback, in turn (ABBA), driven by the same
-# requests; one line per server and model, and the ratios. Two models in
-# turn: the TorchScript tests/data/serve_mlp.pt and the same MLP as an
-# AOTInductor .pt2 package, exported once by scripts/export_pt2.py (a C++
-# compiler, about 30 s on 2 cores) into target/load/, keyed by the script
-# and the torch it runs. LOAD_MODELS=--model PATH picks one.
+# The serving benchmark (docs/serving.md), three runs of examples/load,
+# each starting its servers as processes on loopback, in turn (ABBA), with
+# the same requests:
+#  1. the last overhead: the tch-scope server unbatched (--max-batch 1)
+#     against --plain, on the TorchScript tests/data/serve_mlp.pt and the
+#     same MLP as an AOTInductor .pt2 (scripts/export_pt2.py);
+#  2. batching: the memory-bound 4x Linear(1024) MLP of
+#     scripts/export_models.py (single rows, held to PyTorch's eval rows),
+#     32 connections: batched, unbatched, plain, and FastAPI + uvicorn with
+#     2 workers (scripts/serve_fastapi.py, installed into the bootstrap venv
+#     by scripts/bootstrap-fastapi.sh);
+#  3. the same model, 1 connection: batched against unbatched.
+# The exports (the .pt2 needs a C++ compiler, about 30 s on 2 cores) are
+# kept in target/load/, keyed by the scripts and the torch they run.
 LOAD_ARGS ?= --rounds 4 --requests 20000 --concurrency 16
-LOAD_PT2_DIR = target/load/pt2-$(shell (cat scripts/export_pt2.py; readlink -f .libtorch) | cksum | cut -d' ' -f1)
-LOAD_MODELS ?= --model tests/data/serve_mlp.pt --model $(LOAD_PT2_DIR)/serve_mlp.pt2
+LOAD_DIR = target/load/$(shell (cat scripts/export_pt2.py scripts/export_models.py; readlink -f .libtorch) | cksum | cut -d' ' -f1)
+LOAD_PYTHON = $(realpath .libtorch)/../../../../bin/python
+LOAD_MODELS ?= --model tests/data/serve_mlp.pt --model $(LOAD_DIR)/serve_mlp.pt2
+LOAD_MLP = --model $(LOAD_DIR)/load_mlp.pt --reference $(LOAD_DIR)/load_mlp.json
+LOAD_BATCH_ARGS ?= --rounds 2 --requests 6000 --concurrency 32
+LOAD_ONE_ARGS ?= --rounds 2 --requests 2000 --concurrency 1
+LOAD_BIN = $(or $(CARGO_TARGET_DIR),target)/release/examples/load
 load: libtorch
-	$(CARGO) build --release -p examples --example serve
-	test -f $(LOAD_PT2_DIR)/serve_mlp.pt2 || \
-		$(realpath .libtorch)/../../../../bin/python -W ignore scripts/export_pt2.py $(LOAD_PT2_DIR)
-	$(CARGO) run --release -p examples --example load -- $(LOAD_ARGS) $(LOAD_MODELS)
+	$(CARGO) build --release --workspace --example serve --example load
+	bash scripts/bootstrap-fastapi.sh >/dev/null
+	test -f $(LOAD_DIR)/serve_mlp.pt2 || \
+		$(LOAD_PYTHON) -W ignore scripts/export_pt2.py $(LOAD_DIR)
+	test -f $(LOAD_DIR)/load_mlp.json || \
+		$(LOAD_PYTHON) -W ignore scripts/export_models.py load_mlp $(LOAD_DIR)
+	$(LOAD_BIN) --servers unbatched,plain $(LOAD_ARGS) $(LOAD_MODELS)
+	$(LOAD_BIN) --servers batched,unbatched,plain,fastapi \
+		$(LOAD_BATCH_ARGS) $(LOAD_MLP)
+	$(LOAD_BIN) --servers batched,unbatched $(LOAD_ONE_ARGS) $(LOAD_MLP)
 
 # tests/downstream: a crate of its own workspace that uses tch-scope as a
 # user's crate does (renamed dependency, edition 2021, the README's rpath

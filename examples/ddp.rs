@@ -3,21 +3,47 @@
 //! on its own shard of the data, and averages gradients across ranks after
 //! each backward pass, so the weights stay identical everywhere.
 //!
-//! `cargo run -p examples --example ddp [N]` starts N workers (default 2)
-//! by re-running itself with torchrun's variables, checks that they end
-//! with identical weights, and that those equal a single-process run on all
-//! the data. The workers also run under torchrun itself:
-//! `torchrun --no-python --nproc-per-node=2 target/debug/examples/ddp`.
+//! `cargo run -p examples --example ddp -- [N]` starts N workers (default
+//! 2; N must divide the 256 samples) by re-running itself with torchrun's
+//! variables, checks that they end with identical weights, and that those
+//! equal a single-process run on all the data. The workers also run under
+//! torchrun itself: `torchrun --no-python --nproc-per-node=2
+//! target/debug/examples/ddp` (with `RANK` set, a worker reads no
+//! arguments).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use clap::Parser;
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 use tch_scope::{ScopeError, dist};
 
 const SAMPLES: i64 = 256;
 const STEPS: usize = 60;
+
+/// Data-parallel training over N local processes (Gloo): checks that every
+/// rank ends with the same weights, equal to a single-process run's.
+#[derive(Debug, Parser)]
+#[command(name = "ddp")]
+struct Args {
+    /// How many worker processes (ranks) to start; it must divide the 256
+    /// samples.
+    #[arg(value_name = "N", default_value = "2", value_parser = ranks)]
+    n: usize,
+}
+
+/// N: at least 1, and a divisor of [`SAMPLES`] (each rank an equal shard).
+fn ranks(v: &str) -> Result<usize, String> {
+    let n: usize = v
+        .parse()
+        .map_err(|e: std::num::ParseIntError| e.to_string())?;
+    if n >= 1 && (SAMPLES as usize).is_multiple_of(n) {
+        Ok(n)
+    } else {
+        Err(format!("must be at least 1 and divide {SAMPLES}"))
+    }
+}
 
 /// A worker's error: joining the group, or a collective.
 #[derive(Debug)]
@@ -123,11 +149,7 @@ fn main() -> Result<(), Error> {
     if std::env::var_os("RANK").is_some() {
         return worker();
     }
-    let n: usize = std::env::args().nth(1).map_or(2, |a| a.parse().expect("N"));
-    assert!(
-        (SAMPLES as usize).is_multiple_of(n),
-        "N must divide {SAMPLES}"
-    );
+    let Args { n } = Args::parse();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")

@@ -1,36 +1,45 @@
 //! The load client of `serve` (`make load`, docs/serving.md): starts the
-//! tch-scope server and the `--plain` one as real processes on loopback,
-//! in turn, alternating, drives each with the same requests over
-//! keep-alive HTTP/1.1 connections, and prints one line per server and
-//! the ratios.
+//! servers it compares as real processes on loopback, in turn,
+//! alternating, drives each with the same requests over keep-alive
+//! HTTP/1.1 connections, and prints one line per server and the ratios.
 //!
 //! ```text
-//! cargo run --release -p examples --example load -- [--requests N] [--concurrency C]
-//!     [--rounds R] [--max-seconds S] [--workers N] [--queue N] [--which both|scope|plain]
-//!     [--model PATH]... [--addr HOST:PORT] [--tolerance T] [--json]
+//! cargo run --release -p examples --example load -- [--servers unbatched,plain]
+//!     [--model PATH]... [--reference FILE] [--requests N] [--concurrency C]
+//!     [--rounds R] [--addr HOST:PORT] [--tolerance T] [--json] …
 //! ```
 //!
+//! `--help` lists every option. The servers (`--servers`, in this order,
+//! ABBA across rounds): `batched` (the tch-scope server, batching:
+//! `serve --max-batch 32`), `unbatched` (the tch-scope server, one request
+//! a forward: `--max-batch 1`), `plain` (`serve --plain`, plain tch) and
+//! `fastapi` (the same model from Python: FastAPI on uvicorn with
+//! `--workers` processes, `scripts/serve_fastapi.py`, installed by
+//! `scripts/bootstrap-fastapi.sh`; TorchScript models only).
+//!
 //! `--model` may be given more than once: each model is served and driven
-//! in turn (every round of every server for the first model, then the
-//! next), with one line per server and model. A path ending in `.pt2` is
+//! in turn, with one line per server and model. A path ending in `.pt2` is
 //! an AOTInductor package, served by `serve --model m.pt2`; its reference
 //! outputs here come from `tch_scope::aoti::Package` (tch has no loader
 //! of its own for one). Without `--model`: tests/data/serve_mlp.pt.
 //!
-//! The mix (fixed by the request's index): 90 % valid (1 to 8 rows of 32
-//! floats, a 10 s deadline), 5 % with a tight deadline (`x-deadline-ms` 0
-//! or 1), 5 % malformed (bad JSON, `data` of the wrong length, a shape the
-//! model refuses, a non-number, a body over the server's limit; answered
-//! 400, or 422 for the shape). `wrong`
-//! counts 200 responses whose output differs from what the same model
-//! gives for the input here, sequentially: bitwise, or by more than
-//! `--tolerance` (absolute). The tch-scope server batches requests by
-//! default (`serve --max-batch`), and a row computed in a batch may
-//! differ from the row alone in the last bits: when load starts the
-//! servers itself, the tch-scope one is held to 1e-5 and the plain one
-//! bitwise unless `--tolerance` says otherwise; with `--addr`, bitwise
-//! unless it says otherwise. `p50_ms` and `p99_ms` are
-//! over the 200 responses; `rps` counts every response.
+//! The inputs: without `--reference`, 256 inputs of 1 to 8 rows of 32
+//! floats, each with the output the same model gives for it here,
+//! sequentially. With `--reference FILE` (written by
+//! `scripts/export_models.py load_mlp`), single rows and PyTorch's eval
+//! output for each, computed in Python. The mix (fixed by the request's
+//! index): 90 % valid (a 10 s deadline), 5 % with a tight deadline
+//! (`x-deadline-ms` 0 or 1), 5 % malformed (bad JSON, `data` of the wrong
+//! length, a shape the model refuses, a non-number, a body over the
+//! server's limit; answered 400, or 422 for the shape). `wrong` counts 200
+//! responses whose output differs from the reference by more than the
+//! tolerance (absolute; 0: bitwise). The default tolerance: 1e-5 for
+//! `batched` (a row computed in a batch may differ from the row alone in
+//! the last bits) and against PyTorch's rows (`--reference`); bitwise for
+//! the others. `expired_computed` counts requests sent already expired
+//! (`x-deadline-ms: 0`) and answered 200: computed although expired.
+//! `p50_ms` and `p99_ms` are over the 200 responses; `rps` counts every
+//! response.
 //!
 //! With `--addr` it drives a server that is already running (one run, no
 //! rounds): the tests start the server themselves.
@@ -39,13 +48,14 @@
 mod floats;
 
 use std::io::BufRead;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
+use clap::{Parser, ValueEnum};
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
@@ -54,104 +64,143 @@ use serde_json::value::RawValue;
 use tch::{CModule, Kind, Tensor};
 use tch_scope::aoti::Package;
 
-const USAGE: &str = "usage: load [--requests N] [--concurrency C] [--rounds R] [--max-seconds S] \
-[--workers N] [--queue N] [--which both|scope|plain] [--server PATH] [--model PATH]... \
-[--addr HOST:PORT] [--warmup N] [--tolerance T] [--json]";
-
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/serve_mlp.pt");
+/// The bootstrap's libtorch: its venv's `site-packages/torch`.
+const LIBTORCH_LINK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../.libtorch");
+const FASTAPI_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/serve_fastapi.py");
 /// The features of the default model's input.
 const FEATURES: usize = 32;
 /// The body limit the spawned servers get (a malformed kind goes over it).
 const BODY_LIMIT: usize = 65_536;
 /// Distinct valid inputs (each with its reference output).
 const POOL: usize = 256;
+/// What a batching server's rows, and any server's rows against
+/// PyTorch's (`--reference`), are held to by default.
+const BATCHED_TOLERANCE: f32 = 1e-5;
 
-#[derive(Debug, Clone)]
+/// A server `load` starts and drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ServerKind {
+    /// The tch-scope server, batching (`serve --max-batch`, default 32).
+    Batched,
+    /// The tch-scope server, one request a forward (`serve --max-batch 1`).
+    Unbatched,
+    /// Plain tch (`serve --plain`).
+    Plain,
+    /// FastAPI on uvicorn with torch (`scripts/serve_fastapi.py`).
+    Fastapi,
+}
+
+impl ServerKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Batched => "batched",
+            Self::Unbatched => "unbatched",
+            Self::Plain => "plain",
+            Self::Fastapi => "fastapi",
+        }
+    }
+}
+
+/// Drives `serve` (and the Python server) with the same requests and
+/// compares them (docs/serving.md).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "load")]
 struct Args {
+    /// Requests per run, after the warm-up.
+    #[arg(long, default_value_t = 20_000)]
     requests: usize,
+    /// Connections, each with one request in flight.
+    #[arg(long, default_value_t = 16, value_parser = at_least_one)]
     concurrency: usize,
+    /// Rounds: every server runs once a round, in ABBA order.
+    #[arg(long, default_value_t = 3, value_parser = at_least_one)]
     rounds: usize,
+    /// A run stops after this long, whatever is left.
+    #[arg(long, default_value_t = 120)]
     max_seconds: u64,
+    /// The servers' model workers (FastAPI: processes); default: the
+    /// Rust server's own (the core count), 2 for FastAPI.
+    #[arg(long)]
     workers: Option<usize>,
+    /// The Rust servers' `--queue`.
+    #[arg(long, default_value_t = 256)]
     queue: usize,
-    which: String,
+    /// The servers to start and compare, in turn.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ServerKind::Unbatched, ServerKind::Plain])]
+    servers: Vec<ServerKind>,
+    /// `--max-batch` of the `batched` server.
+    #[arg(long, default_value_t = 32)]
+    max_batch: usize,
+    /// `--max-delay-ms` of the `batched` server (its default when absent).
+    #[arg(long)]
+    max_delay_ms: Option<u64>,
+    /// The `serve` binary (default: beside this one).
+    #[arg(long)]
     server: Option<PathBuf>,
-    /// The model of this run (one of `models`).
-    model: PathBuf,
-    /// Every `--model`, in turn.
+    /// The python that runs the FastAPI server (default: the bootstrap's
+    /// venv).
+    #[arg(long)]
+    python: Option<PathBuf>,
+    /// A model to serve; more than once: each in turn.
+    #[arg(long = "model")]
     models: Vec<PathBuf>,
+    /// The model of this run (one of `models`).
+    #[arg(skip)]
+    model: PathBuf,
+    /// PyTorch's inputs and outputs (`scripts/export_models.py load_mlp`):
+    /// single-row requests held to PyTorch's rows.
+    #[arg(long)]
+    reference: Option<PathBuf>,
+    /// Drive the server already running here (one run, no rounds).
+    #[arg(long)]
     addr: Option<String>,
+    /// Warm-up requests before each run, not counted.
+    #[arg(long, default_value_t = 200)]
     warmup: usize,
-    /// The largest absolute difference from the reference a 200 may
-    /// carry; `None`: the server's default (see the module docs).
+    /// The largest absolute difference from the reference a 200 may carry
+    /// (0: bitwise); default: see the module docs.
+    #[arg(long, value_parser = tolerance)]
     tolerance: Option<f32>,
+    /// One JSON line per server instead of the table.
+    #[arg(long)]
     json: bool,
 }
 
-/// What a batching server's rows are held to by default.
-const BATCHED_TOLERANCE: f32 = 1e-5;
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number of at least 1")),
+    }
+}
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        requests: 20_000,
-        concurrency: 16,
-        rounds: 3,
-        max_seconds: 120,
-        workers: None,
-        queue: 256,
-        which: "both".into(),
-        server: None,
-        model: PathBuf::from(DEFAULT_MODEL),
-        models: Vec::new(),
-        addr: None,
-        warmup: 200,
-        tolerance: None,
-        json: false,
-    };
-    let mut it = std::env::args().skip(1);
-    fn value<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, String> {
-        let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
-        v.parse().map_err(|_| format!("{flag}: cannot read {v:?}"))
+fn tolerance(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(t) if t >= 0.0 && t.is_finite() => Ok(t),
+        _ => Err(format!("{s:?} is not a finite number of at least 0")),
     }
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--requests" => a.requests = value(&flag, it.next())?,
-            "--concurrency" => a.concurrency = value(&flag, it.next())?,
-            "--rounds" => a.rounds = value(&flag, it.next())?,
-            "--max-seconds" => a.max_seconds = value(&flag, it.next())?,
-            "--workers" => a.workers = Some(value(&flag, it.next())?),
-            "--queue" => a.queue = value(&flag, it.next())?,
-            "--which" => a.which = value(&flag, it.next())?,
-            "--server" => a.server = Some(value(&flag, it.next())?),
-            "--model" => a.models.push(value(&flag, it.next())?),
-            "--addr" => a.addr = Some(value(&flag, it.next())?),
-            "--warmup" => a.warmup = value(&flag, it.next())?,
-            "--tolerance" => {
-                let t: f32 = value(&flag, it.next())?;
-                if !(t >= 0.0 && t.is_finite()) {
-                    return Err("--tolerance must be a finite number, at least 0".into());
-                }
-                a.tolerance = Some(t);
-            }
-            "--json" => a.json = true,
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
+}
+
+fn parse_args() -> Args {
+    let mut a = Args::parse();
     if a.models.is_empty() {
         a.models.push(PathBuf::from(DEFAULT_MODEL));
     }
     if a.addr.is_some() && a.models.len() > 1 {
-        return Err("--addr drives one server: give one --model (its model)".into());
+        clap_error("--addr drives one server: give one --model (its model)");
+    }
+    if a.reference.is_some() && a.models.len() > 1 {
+        clap_error("--reference holds one model's rows: give one --model");
     }
     a.model = a.models[0].clone();
-    if a.concurrency == 0 || a.rounds == 0 {
-        return Err("--concurrency and --rounds must be at least 1".into());
-    }
-    if !["both", "scope", "plain"].contains(&a.which.as_str()) {
-        return Err("--which: both, scope or plain".into());
-    }
-    Ok(a)
+    a
+}
+
+fn clap_error(message: &str) -> ! {
+    use clap::CommandFactory;
+    Args::command()
+        .error(clap::error::ErrorKind::ArgumentConflict, message)
+        .exit()
 }
 
 // ---- the requests ----------------------------------------------------------
@@ -180,6 +229,8 @@ struct Req {
 }
 
 struct Pool {
+    /// Floats per row.
+    features: usize,
     bodies: Vec<Bytes>,
     expected: Vec<Vec<f32>>,
     malformed: Vec<Bytes>,
@@ -195,7 +246,7 @@ fn json_body(shape: &[usize], data: &[f32]) -> Bytes {
 }
 
 /// Whether `path` names an AOTInductor package (as `serve` decides).
-fn is_package(path: &std::path::Path) -> bool {
+fn is_package(path: &Path) -> bool {
     path.extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("pt2"))
 }
@@ -207,7 +258,7 @@ enum Reference {
 }
 
 impl Reference {
-    fn load(model: &std::path::Path) -> Result<Self, String> {
+    fn load(model: &Path) -> Result<Self, String> {
         let fail = |e: String| format!("cannot load {}: {e}", model.display());
         if is_package(model) {
             Package::options()
@@ -240,9 +291,65 @@ impl Reference {
     }
 }
 
-/// The valid inputs, each with the model's output for it computed here,
-/// one at a time, and the malformed bodies.
-fn pool(model: &std::path::Path) -> Result<Pool, String> {
+/// PyTorch's rows for a model (`scripts/export_models.py load_mlp`).
+#[derive(Deserialize)]
+struct PyTorchRows {
+    features: usize,
+    inputs: Vec<Vec<f32>>,
+    outputs: Vec<Vec<f32>>,
+}
+
+/// The valid inputs, each with its reference output, and the malformed
+/// bodies: from `reference` (single rows, PyTorch's outputs), else
+/// generated here with the model's own outputs, one at a time.
+fn pool(model: &Path, reference: Option<&Path>) -> Result<Pool, String> {
+    let (features, bodies, expected) = match reference {
+        Some(path) => {
+            let text =
+                std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let r: PyTorchRows =
+                serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let rows_fit = r.inputs.iter().all(|x| x.len() == r.features);
+            if r.inputs.is_empty() || r.inputs.len() != r.outputs.len() || !rows_fit {
+                return Err(format!(
+                    "{}: needs as many `outputs` as `inputs`, each input of `features` floats",
+                    path.display()
+                ));
+            }
+            let bodies = r
+                .inputs
+                .iter()
+                .map(|x| json_body(&[1, r.features], x))
+                .collect();
+            (r.features, bodies, r.outputs)
+        }
+        None => {
+            let (bodies, expected) = generated(model)?;
+            (FEATURES, bodies, expected)
+        }
+    };
+    let f = features;
+    let ones = vec![0.25f32; 4 * f];
+    let big = vec![0.125f32; (BODY_LIMIT / 5 / f + 1) * f];
+    let malformed = vec![
+        Bytes::from(format!("{{\"shape\": [1, {f}], \"data\": [1.0, 2.0")),
+        json_body(&[3, f], &ones),
+        // The right number of values in a shape the model refuses (422).
+        json_body(&[4 * f / 16, 16], &ones),
+        Bytes::from_static(b"{\"shape\": [1, 2], \"data\": [1.0, \"two\"]}"),
+        json_body(&[big.len() / f, f], &big),
+    ];
+    Ok(Pool {
+        features,
+        bodies,
+        expected,
+        malformed,
+    })
+}
+
+/// Inputs of 1 to 8 rows of [`FEATURES`], and the model's output for each,
+/// computed here, one at a time.
+fn generated(model: &Path) -> Result<(Vec<Bytes>, Vec<Vec<f32>>), String> {
     tch::set_num_threads(1);
     let m = Reference::load(model)?;
     let mut bodies = Vec::with_capacity(POOL);
@@ -268,25 +375,12 @@ fn pool(model: &std::path::Path) -> Result<Pool, String> {
         bodies.push(json_body(&[rows, FEATURES], &data));
         expected.push(y);
     }
-    let ones = vec![0.25f32; 4 * FEATURES];
-    let big = vec![0.125f32; (BODY_LIMIT / 5 / FEATURES + 1) * FEATURES];
-    let malformed = vec![
-        Bytes::from_static(b"{\"shape\": [1, 32], \"data\": [1.0, 2.0"),
-        json_body(&[3, FEATURES], &ones),
-        json_body(&[8, 16], &ones),
-        Bytes::from_static(b"{\"shape\": [1, 2], \"data\": [1.0, \"two\"]}"),
-        json_body(&[big.len() / FEATURES, FEATURES], &big),
-    ];
-    Ok(Pool {
-        bodies,
-        expected,
-        malformed,
-    })
+    Ok((bodies, expected))
 }
 
 fn request(i: usize, pool: &Pool) -> Req {
     let h = mix(0x5eed ^ (i as u64).wrapping_mul(0x1_0000_0001));
-    let p = (h >> 8) as usize % POOL;
+    let p = (h >> 8) as usize % pool.bodies.len();
     match h % 100 {
         0..=4 => Req {
             class: Class::Malformed,
@@ -319,6 +413,8 @@ struct Counts {
     rejected: usize,
     malformed: usize,
     wrong: usize,
+    /// Requests sent already expired (`x-deadline-ms: 0`) answered 200.
+    expired_computed: usize,
     /// Other statuses, transport errors, a status that does not fit the
     /// request (a malformed one answered 200, a valid one 400).
     errors: usize,
@@ -336,6 +432,7 @@ impl Counts {
         self.rejected += o.rejected;
         self.malformed += o.malformed;
         self.wrong += o.wrong;
+        self.expired_computed += o.expired_computed;
         self.errors += o.errors;
         self.sent_valid += o.sent_valid;
         self.sent_tight += o.sent_tight;
@@ -479,6 +576,9 @@ async fn drive(
                     (Ok((200, body)), Class::Valid | Class::Tight) => {
                         c.ok += 1;
                         r.latencies.push(took);
+                        if req.deadline_ms == 0 {
+                            c.expired_computed += 1;
+                        }
                         if !matches(&body, &pool.expected[req.pool], tolerance) {
                             c.wrong += 1;
                         }
@@ -549,7 +649,8 @@ async fn workers_as_before(addr: &str) -> Result<usize, String> {
 
 // ---- the servers -----------------------------------------------------------
 
-/// A server process, killed when dropped.
+/// A server process (and, for FastAPI, its worker processes: one process
+/// group), killed when dropped.
 struct Server {
     child: Child,
     addr: String,
@@ -557,36 +658,81 @@ struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // The group's id is the leader's pid (`process_group(0)`).
+        let _ = Command::new("kill")
+            .args(["-KILL", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-fn start_server(args: &Args, plain: bool) -> Result<Server, String> {
-    let bin = match &args.server {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()
-            .map_err(|e| e.to_string())?
-            .with_file_name("serve"),
+/// The bootstrap venv's python: `bin/python` four levels above its
+/// `site-packages/torch` (the link resolved first: python finds its venv
+/// from the path it is started by).
+fn bootstrap_python() -> Result<PathBuf, String> {
+    let torch = std::fs::canonicalize(LIBTORCH_LINK)
+        .map_err(|e| format!("{LIBTORCH_LINK}: {e} (run `make libtorch`, or give --python)"))?;
+    let venv = torch
+        .ancestors()
+        .nth(4)
+        .ok_or_else(|| format!("{} is not inside a venv", torch.display()))?;
+    Ok(venv.join("bin/python"))
+}
+
+fn start_server(args: &Args, pool: &Pool, kind: ServerKind) -> Result<Server, String> {
+    let (mut cmd, built_by) = if kind == ServerKind::Fastapi {
+        let python = match &args.python {
+            Some(p) => p.clone(),
+            None => bootstrap_python()?,
+        };
+        let mut cmd = Command::new(python);
+        cmd.args(["-W", "ignore", FASTAPI_SCRIPT, "--workers"])
+            .arg(args.workers.unwrap_or(2).to_string());
+        (cmd, "bash scripts/bootstrap-fastapi.sh")
+    } else {
+        let bin = match &args.server {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()
+                .map_err(|e| e.to_string())?
+                .with_file_name("serve"),
+        };
+        let mut cmd = Command::new(bin);
+        cmd.args(["--debug", "--queue"])
+            .arg(args.queue.to_string())
+            .arg("--warmup-shape")
+            .arg(format!("1,{}", pool.features));
+        if let Some(w) = args.workers {
+            cmd.arg("--workers").arg(w.to_string());
+        }
+        match kind {
+            ServerKind::Batched => {
+                cmd.arg("--max-batch").arg(args.max_batch.to_string());
+                if let Some(ms) = args.max_delay_ms {
+                    cmd.arg("--max-delay-ms").arg(ms.to_string());
+                }
+            }
+            ServerKind::Unbatched => {
+                cmd.args(["--max-batch", "1"]);
+            }
+            ServerKind::Plain => {
+                cmd.arg("--plain");
+            }
+            ServerKind::Fastapi => {}
+        }
+        (cmd, "cargo build --release -p examples --example serve")
     };
-    let mut cmd = Command::new(&bin);
-    cmd.args(["--addr", "127.0.0.1:0", "--debug", "--body-limit"])
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    cmd.args(["--addr", "127.0.0.1:0", "--body-limit"])
         .arg(BODY_LIMIT.to_string())
-        .arg("--queue")
-        .arg(args.queue.to_string())
         .arg("--model")
         .arg(&args.model)
         .stdout(Stdio::piped());
-    if let Some(w) = args.workers {
-        cmd.arg("--workers").arg(w.to_string());
-    }
-    if plain {
-        cmd.arg("--plain");
-    }
     let mut child = cmd.spawn().map_err(|e| {
         format!(
-            "cannot start {}: {e} (build it: cargo build --release -p examples --example serve)",
-            bin.display()
+            "cannot start {:?}: {e} (set it up: {built_by})",
+            cmd.get_program()
         )
     })?;
     let stdout = child.stdout.take().ok_or("no stdout")?;
@@ -603,9 +749,12 @@ fn start_server(args: &Args, plain: bool) -> Result<Server, String> {
         child,
         addr: String::new(),
     };
-    let line = rx
-        .recv_timeout(Duration::from_secs(60))
-        .map_err(|_| "the server did not say where it listens within 60 s")?;
+    let line = rx.recv_timeout(Duration::from_secs(60)).map_err(|_| {
+        format!(
+            "the {} server did not say where it listens within 60 s",
+            kind.name()
+        )
+    })?;
     server.addr = line
         .split("http://")
         .nth(1)
@@ -664,7 +813,7 @@ impl Acc {
 fn line(s: &Summary, width: usize) -> String {
     let c = &s.counts;
     format!(
-        "{:<width$} requests={} ok={} deadline={} rejected={} malformed={} wrong={} p50_ms={:.3} p99_ms={:.3} rps={:.1}",
+        "{:<width$} requests={} ok={} deadline={} rejected={} malformed={} wrong={} expired_computed={} p50_ms={:.3} p99_ms={:.3} rps={:.1}",
         format!("{}:", s.server),
         c.requests,
         c.ok,
@@ -672,6 +821,7 @@ fn line(s: &Summary, width: usize) -> String {
         c.rejected,
         c.malformed,
         c.wrong,
+        c.expired_computed,
         s.p50_ms,
         s.p99_ms,
         s.rps
@@ -683,6 +833,7 @@ async fn one_run(
     pool: &Arc<Pool>,
     args: &Args,
     tolerance: f32,
+    check_workers: bool,
     acc: &mut Acc,
 ) -> Result<(), String> {
     // Warm-up: not counted.
@@ -710,21 +861,14 @@ async fn one_run(
     if acc.first_error.is_none() {
         acc.first_error = r.first_error;
     }
-    acc.workers = workers_as_before(addr).await?;
+    if check_workers {
+        acc.workers = workers_as_before(addr).await?;
+    }
     Ok(())
 }
 
 fn main() {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("load: {e}");
-            }
-            eprintln!("{USAGE}");
-            std::process::exit(2);
-        }
-    };
+    let args = parse_args();
     match run(&args) {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
@@ -735,13 +879,13 @@ fn main() {
     }
 }
 
-/// Ok(false) when a check failed (wrong outputs, errors, a worker changed).
-/// Each `--model` in turn.
+/// Ok(false) when a check failed (wrong outputs, errors, a worker changed,
+/// an expired request computed). Each `--model` in turn.
 fn run(args: &Args) -> Result<bool, String> {
     let mut fine = true;
     for model in &args.models {
         let mut one = args.clone();
-        one.model = model.clone();
+        one.model.clone_from(model);
         // With several models each line names its model's file.
         let label = (args.models.len() > 1).then(|| {
             model.file_name().map_or_else(
@@ -754,9 +898,20 @@ fn run(args: &Args) -> Result<bool, String> {
     Ok(fine)
 }
 
+/// The tolerance a server's rows are held to (see the module docs).
+fn tolerance_for(args: &Args, kind: Option<ServerKind>) -> f32 {
+    args.tolerance.unwrap_or(
+        if args.reference.is_some() || kind == Some(ServerKind::Batched) {
+            BATCHED_TOLERANCE
+        } else {
+            0.0
+        },
+    )
+}
+
 /// One model: every server, every round.
 fn run_model(args: &Args, label: Option<&str>) -> Result<bool, String> {
-    let pool = Arc::new(pool(&args.model)?);
+    let pool = Arc::new(pool(&args.model, args.reference.as_deref())?);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -764,34 +919,28 @@ fn run_model(args: &Args, label: Option<&str>) -> Result<bool, String> {
     let mut results: Vec<(&str, Acc)> = Vec::new();
     if let Some(addr) = &args.addr {
         let mut acc = Acc::default();
-        let tolerance = args.tolerance.unwrap_or(0.0);
-        rt.block_on(one_run(addr, &pool, args, tolerance, &mut acc))?;
+        let tolerance = tolerance_for(args, None);
+        rt.block_on(one_run(addr, &pool, args, tolerance, true, &mut acc))?;
         results.push(("server", acc));
     } else {
-        let servers: &[(&str, bool)] = match args.which.as_str() {
-            "scope" => &[("tch-scope", false)],
-            "plain" => &[("plain", true)],
-            _ => &[("tch-scope", false), ("plain", true)],
-        };
-        results = servers.iter().map(|(n, _)| (*n, Acc::default())).collect();
+        let servers = &args.servers;
+        results = servers.iter().map(|k| (k.name(), Acc::default())).collect();
         for round in 0..args.rounds {
-            // ABBA: each server goes first in every other round.
+            // ABBA: the order reverses every other round.
             let order: Vec<usize> = if round % 2 == 0 {
                 (0..servers.len()).collect()
             } else {
                 (0..servers.len()).rev().collect()
             };
             for k in order {
-                let plain = servers[k].1;
-                let server = start_server(args, plain)?;
-                let tolerance =
-                    args.tolerance
-                        .unwrap_or(if plain { 0.0 } else { BATCHED_TOLERANCE });
+                let kind = servers[k];
+                let server = start_server(args, &pool, kind)?;
                 rt.block_on(one_run(
                     &server.addr,
                     &pool,
                     args,
-                    tolerance,
+                    tolerance_for(args, Some(kind)),
+                    kind != ServerKind::Fastapi,
                     &mut results[k].1,
                 ))?;
                 drop(server);
@@ -818,27 +967,32 @@ fn run_model(args: &Args, label: Option<&str>) -> Result<bool, String> {
         } else {
             println!("{}", line(s, width));
         }
-        if s.counts.wrong > 0 || s.counts.errors > 0 {
+        let c = &s.counts;
+        if c.wrong > 0 || c.errors > 0 || c.expired_computed > 0 {
             fine = false;
             eprintln!(
-                "load: {}: wrong={} errors={} (first: {:?})",
-                s.server, s.counts.wrong, s.counts.errors, s.first_error
+                "load: {}: wrong={} errors={} expired_computed={} (first: {:?})",
+                s.server, c.wrong, c.errors, c.expired_computed, s.first_error
             );
         }
     }
-    if let [a, b] = summaries.as_slice()
-        && !args.json
-    {
+    if !args.json {
         let of = label.map(|l| format!(" {l}")).unwrap_or_default();
-        println!(
-            "ratios{of} (tch-scope / plain): rps={:.4} p50={:.4} p99={:.4}  ({} rounds, {} requests each, {} at a time)",
-            a.rps / b.rps,
-            a.p50_ms / b.p50_ms,
-            a.p99_ms / b.p99_ms,
-            args.rounds,
-            args.requests,
-            args.concurrency
-        );
+        for (i, a) in summaries.iter().enumerate() {
+            for b in &summaries[i + 1..] {
+                println!(
+                    "ratios{of} ({} / {}): rps={:.4} p50={:.4} p99={:.4}  ({} rounds, {} requests each, {} at a time)",
+                    a.server,
+                    b.server,
+                    a.rps / b.rps,
+                    a.p50_ms / b.p50_ms,
+                    a.p99_ms / b.p99_ms,
+                    args.rounds,
+                    args.requests,
+                    args.concurrency
+                );
+            }
+        }
     }
     Ok(fine)
 }

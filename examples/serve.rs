@@ -11,6 +11,9 @@
 //!     [--plain] [--debug]
 //! ```
 //!
+//! `--help` lists every flag with its default and its range (clap); a bad
+//! flag or value is a usage error (exit status 2).
+//!
 //! - `POST /predict` `{"shape": [n, …], "data": [f32, …]}` (row-major,
 //!   `content-type: application/json`) → `{"shape": […], "data": […]}`.
 //!   The header `x-deadline-ms` gives the request's budget from its
@@ -77,6 +80,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use clap::Parser;
+use clap::builder::{RangedU64ValueParser, TypedValueParser};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
@@ -94,12 +99,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 
-const USAGE: &str = "usage: serve [--addr HOST:PORT] [--model PATH] [--workers N] [--queue N] \
-[--plain] [--body-limit BYTES] [--deadline-ms MS] [--intra-op-threads N] [--debug] \
-[--header-timeout-s S] [--idle-timeout-s S] [--body-timeout-s S] [--max-connections N] \
-[--shutdown-timeout-s S] [--stuck-after-s S] [--warmup-shape DIMS|none] [--max-batch N] \
-[--max-delay-ms MS]";
-
 /// The model `scripts/export_models.py` exports with the bootstrap's
 /// PyTorch: [n, 32] -> [n, 8], BatchNorm and Dropout, saved in training mode.
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/serve_mlp.pt");
@@ -112,30 +111,142 @@ const DEBUG_WAIT: Duration = Duration::from_secs(10);
 
 // ---- arguments -------------------------------------------------------------
 
-#[derive(Debug)]
+/// An HTTP inference server for one model (TorchScript, or an AOTInductor
+/// `.pt2` package), served with tch-scope's scopes, or with plain tch under
+/// `--plain`. Routes: POST /predict, GET /metrics, /healthz, /readyz (and
+/// /debug/* with `--debug`); docs/serving.md has the details.
+#[derive(Debug, Parser)]
+// As the hand-written parser before it: a flag given again overrides, and
+// `--deadline-ms -1` is a bad value, not an unknown flag.
+#[command(
+    name = "serve",
+    args_override_self = true,
+    allow_negative_numbers = true
+)]
 struct Args {
+    /// The address to listen on (port 0: any free port; the first line on
+    /// stdout names the one bound).
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
+    /// The model: a TorchScript file, or an AOTInductor package when the
+    /// path ends in `.pt2` [default: the repository's
+    /// tests/data/serve_mlp.pt, [n, 32] -> [n, 8]].
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_MODEL, hide_default_value = true)]
     model: PathBuf,
+    /// Worker threads that run the model [default: one per core].
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = cores(),
+        hide_default_value = true,
+        value_parser = at_least_one::<usize>
+    )]
     workers: usize,
+    /// The most requests waiting for a worker; one more is answered 503.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value = "64",
+        value_parser = at_least_one::<usize>
+    )]
     queue: usize,
+    /// Serve with plain tch (`no_grad`, eval set once, the deadline checked
+    /// by hand) instead of tch-scope's scopes; never batches.
+    #[arg(long)]
     plain: bool,
+    /// The largest request body, in bytes (a larger one: 400).
+    #[arg(long, value_name = "BYTES", default_value = "1048576")]
     body_limit: usize,
+    /// A request's budget from its arrival when it sends no `x-deadline-ms`
+    /// header (more than a day counts as a day).
+    #[arg(
+        long = "deadline-ms",
+        value_name = "MS",
+        default_value = "10000",
+        value_parser = clap::value_parser!(u64)
+            .map(|ms| Duration::from_millis(ms.min(MAX_BUDGET_MS)))
+    )]
     default_deadline: Duration,
+    /// libtorch's intra-op threads for each worker.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value = "1",
+        value_parser = at_least_one::<i32>
+    )]
     intra_op_threads: i32,
+    /// Add the /debug routes (`/debug/workers`, `/debug/pause`,
+    /// `/debug/resume`) and the `x-debug-fault` request header, for tests.
+    #[arg(long)]
     debug: bool,
-    limits: Limits,
+    /// Seconds from a request head's first byte to its last (fractions
+    /// allowed; more than 0, at most 86400).
+    #[arg(long = "header-timeout-s", value_name = "S", default_value = "10", value_parser = seconds)]
+    header_timeout: Duration,
+    /// Seconds a connection may wait with no request before it is closed
+    /// (fractions allowed; more than 0, at most 86400).
+    #[arg(long = "idle-timeout-s", value_name = "S", default_value = "30", value_parser = seconds)]
+    idle_timeout: Duration,
+    /// Seconds a request body may take to arrive (fractions allowed; more
+    /// than 0, at most 86400).
+    #[arg(long = "body-timeout-s", value_name = "S", default_value = "30", value_parser = seconds)]
     body_timeout: Duration,
+    /// Connections served at once, 1 to 1048576; the rest wait in the
+    /// kernel's backlog.
+    // Shutdown takes back every permit in one `acquire_many(u32)`; a
+    // million is past any open-file limit worth serving up to.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value = "1024",
+        value_parser = clap::value_parser!(u32).range(1..=1 << 20)
+    )]
     max_connections: u32,
+    /// Seconds that SIGTERM or SIGINT gives the requests in flight before
+    /// the server exits (fractions allowed; more than 0, at most 86400).
+    #[arg(long = "shutdown-timeout-s", value_name = "S", default_value = "10", value_parser = seconds)]
     shutdown_timeout: Duration,
+    /// Seconds a worker may spend starting or on one job before /healthz
+    /// calls it stuck and answers 503 (fractions allowed; more than 0, at
+    /// most 86400).
+    #[arg(long = "stuck-after-s", value_name = "S", default_value = "60", value_parser = seconds)]
     stuck_after: Duration,
-    /// The input each worker runs once at its start (zeros); `None`: none.
-    warmup_shape: Option<Vec<i64>>,
-    /// The tch-scope server's most requests a forward (1: no batching,
-    /// the worker pool as without a batcher). `--plain` never batches.
+    /// The input each worker runs once at its start (zeros) before
+    /// /readyz says ready: comma-separated dims (each 0 to 2^20, at most
+    /// 2^24 values), or `none` for no warm-up.
+    // Fully qualified: clap reads a plain `Option<Vec<_>>` as a flag
+    // given any number of times.
+    #[arg(long, value_name = "DIMS|none", default_value = "1,32", value_parser = shape)]
+    warmup_shape: ::std::option::Option<::std::vec::Vec<i64>>,
+    /// The tch-scope server's most requests a forward, 1 to 4096 (1: no
+    /// batching, the worker pool as without a batcher). `--plain` never
+    /// batches.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value = "32",
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=4096)
+    )]
     max_batch: usize,
-    /// How long a batch may wait for more requests (when the workers are
-    /// loaded: see `tch_scope::batch`).
+    /// How long a batch may wait for more requests when the workers are
+    /// loaded, in milliseconds, at most 10000 (see `tch_scope::batch`).
+    #[arg(
+        long = "max-delay-ms",
+        value_name = "MS",
+        default_value = "2",
+        value_parser = clap::value_parser!(u64).range(..=10_000).map(Duration::from_millis)
+    )]
     max_delay: Duration,
+}
+
+impl Args {
+    /// The connections' clocks.
+    fn limits(&self) -> Limits {
+        Limits {
+            header: self.header_timeout,
+            idle: self.idle_timeout,
+        }
+    }
 }
 
 /// A connection's clocks (see [`ConnClock`]).
@@ -147,111 +258,58 @@ struct Limits {
     idle: Duration,
 }
 
-fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let mut args = Args {
-        addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
-        model: PathBuf::from(DEFAULT_MODEL),
-        workers: cores,
-        queue: 64,
-        plain: false,
-        body_limit: 1 << 20,
-        default_deadline: Duration::from_secs(10),
-        intra_op_threads: 1,
-        debug: false,
-        limits: Limits {
-            header: Duration::from_secs(10),
-            idle: Duration::from_secs(30),
-        },
-        body_timeout: Duration::from_secs(30),
-        max_connections: 1024,
-        shutdown_timeout: Duration::from_secs(10),
-        stuck_after: Duration::from_secs(60),
-        warmup_shape: Some(vec![1, 32]),
-        max_batch: 32,
-        max_delay: Duration::from_millis(2),
-    };
-    fn value<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, String> {
-        let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
-        v.parse().map_err(|_| format!("{flag}: cannot read {v:?}"))
+/// The default `--workers`: one per core.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// `--workers`, `--queue`, `--intra-op-threads`: a count, at least 1.
+fn at_least_one<T>(v: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + From<u8>,
+    T::Err: std::fmt::Display,
+{
+    let n: T = v.parse().map_err(|e: T::Err| e.to_string())?;
+    if n >= T::from(1) {
+        Ok(n)
+    } else {
+        Err("must be at least 1".into())
     }
-    /// Seconds, fractions allowed: more than 0, at most a day.
-    fn seconds(flag: &str, v: Option<String>) -> Result<Duration, String> {
-        let s: f64 = value(flag, v)?;
-        if s > 0.0 && s <= 86_400.0 {
-            Ok(Duration::from_secs_f64(s))
-        } else {
-            Err(format!(
-                "{flag} must be more than 0 and at most 86400 seconds"
-            ))
-        }
+}
+
+/// Seconds, fractions allowed: more than 0, at most a day.
+fn seconds(v: &str) -> Result<Duration, String> {
+    let s: f64 = v
+        .parse()
+        .map_err(|_| "not a number of seconds".to_string())?;
+    if s > 0.0 && s <= 86_400.0 {
+        Ok(Duration::from_secs_f64(s))
+    } else {
+        Err("must be more than 0 and at most 86400 seconds".into())
     }
-    fn shape(v: Option<String>) -> Result<Option<Vec<i64>>, String> {
-        let v = v.ok_or("--warmup-shape needs a value")?;
-        if v == "none" {
-            return Ok(None);
-        }
-        let dims = v
-            .split(',')
-            .map(|d| {
-                d.trim()
-                    .parse::<i64>()
-                    .ok()
-                    .filter(|d| (0..=1 << 20).contains(d))
-            })
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| format!("--warmup-shape: cannot read {v:?} (e.g. 1,32 or none)"))?;
-        let n = dims.iter().try_fold(1i64, |n, &d| n.checked_mul(d));
-        if n.is_none_or(|n| n > 1 << 24) {
-            return Err("--warmup-shape: more than 2^24 values".into());
-        }
-        Ok(Some(dims))
+}
+
+/// `--warmup-shape`: `none`, or comma-separated dims, each 0 to 2^20, at
+/// most 2^24 values in all.
+fn shape(v: &str) -> Result<Option<Vec<i64>>, String> {
+    if v == "none" {
+        return Ok(None);
     }
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--addr" => args.addr = value(&flag, it.next())?,
-            "--model" => args.model = value(&flag, it.next())?,
-            "--workers" => args.workers = value(&flag, it.next())?,
-            "--queue" => args.queue = value(&flag, it.next())?,
-            "--plain" => args.plain = true,
-            "--body-limit" => args.body_limit = value(&flag, it.next())?,
-            "--deadline-ms" => {
-                let ms: u64 = value(&flag, it.next())?;
-                args.default_deadline = Duration::from_millis(ms.min(MAX_BUDGET_MS));
-            }
-            "--intra-op-threads" => args.intra_op_threads = value(&flag, it.next())?,
-            "--debug" => args.debug = true,
-            "--header-timeout-s" => args.limits.header = seconds(&flag, it.next())?,
-            "--idle-timeout-s" => args.limits.idle = seconds(&flag, it.next())?,
-            "--body-timeout-s" => args.body_timeout = seconds(&flag, it.next())?,
-            "--max-connections" => args.max_connections = value(&flag, it.next())?,
-            "--shutdown-timeout-s" => args.shutdown_timeout = seconds(&flag, it.next())?,
-            "--stuck-after-s" => args.stuck_after = seconds(&flag, it.next())?,
-            "--warmup-shape" => args.warmup_shape = shape(it.next())?,
-            "--max-batch" => args.max_batch = value(&flag, it.next())?,
-            "--max-delay-ms" => {
-                let ms: u64 = value(&flag, it.next())?;
-                if ms > 10_000 {
-                    return Err("--max-delay-ms must be at most 10000".into());
-                }
-                args.max_delay = Duration::from_millis(ms);
-            }
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
+    let dims = v
+        .split(',')
+        .map(|d| {
+            d.trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|d| (0..=1 << 20).contains(d))
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or("expected comma-separated dims, each 0 to 1048576 (e.g. 1,32), or none")?;
+    let n = dims.iter().try_fold(1i64, |n, &d| n.checked_mul(d));
+    if n.is_none_or(|n| n > 1 << 24) {
+        return Err("more than 2^24 values".into());
     }
-    if !(1..=4096).contains(&args.max_batch) {
-        return Err("--max-batch must be from 1 to 4096".into());
-    }
-    if args.workers == 0 || args.queue == 0 || args.intra_op_threads < 1 {
-        return Err("--workers, --queue and --intra-op-threads must be at least 1".into());
-    }
-    // Shutdown takes back every permit in one `acquire_many(u32)`; a
-    // million is past any open-file limit worth serving up to.
-    if !(1..=1 << 20).contains(&args.max_connections) {
-        return Err("--max-connections must be from 1 to 1048576".into());
-    }
-    Ok(args)
+    Ok(Some(dims))
 }
 
 // ---- errors ----------------------------------------------------------------
@@ -2319,16 +2377,8 @@ fn is_package(path: &std::path::Path) -> bool {
 }
 
 fn main() {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("serve: {e}");
-            }
-            eprintln!("{USAGE}");
-            std::process::exit(2);
-        }
-    };
+    // A usage error: clap's message and exit status 2; --help: exit 0.
+    let args = Args::parse();
     if let Err(e) = run(args) {
         eprintln!("serve: {e}");
         std::process::exit(1);
@@ -2523,7 +2573,7 @@ fn run(args: Args) -> Result<(), String> {
             tokio::spawn(serve_connection(
                 tcp,
                 router.clone(),
-                args.limits,
+                args.limits(),
                 stop.clone(),
                 abort.clone(),
                 permit,

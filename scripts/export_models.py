@@ -29,6 +29,16 @@ Writes into tests/data/ (a few KB):
                    (`allocated`), of the negative ones (`freed`), and the
                    highest running sum (`peak`)
 (`python scripts/export_models.py tensor_memory` writes only the last two.)
+
+`python scripts/export_models.py load_mlp DIR` writes, into DIR instead
+(16 MiB: not kept in the repository; `make load` exports it once):
+  load_mlp.pt      the memory-bound MLP of the batching benchmark:
+                   4 x (Linear 1024->1024, ReLU), then Linear 1024->16,
+                   in eval mode; one float tensor [n, 1024] in, [n, 16] out
+  load_mlp.json    PyTorch's reference rows for it: `inputs`, 256 rows of
+                   1024 floats uniform in [-2, 2), and `outputs`, the eval
+                   model's output for each row computed alone under
+                   no_grad (what `load --reference` holds a server to)
 """
 
 import json
@@ -66,7 +76,7 @@ class ServeMlp(nn.Module):
             nn.BatchNorm1d(256),
             nn.ReLU(),
             nn.Dropout(0.2),
-            nn.Linear(128, 128),
+            nn.Linear(256, 256),
             nn.BatchNorm1d(256),
             nn.ReLU(),
             nn.Dropout(0.2),
@@ -103,6 +113,38 @@ class TensorMemoryMlp(nn.Module):
 
 
 TENSOR_MEMORY_WARMUP = 3
+
+
+class LoadMlp(nn.Module):
+    """Memory-bound at small batches: 16 MiB of weights read per forward."""
+
+    def __init__(self):
+        super().__init__()
+        layers = []
+        for _ in range(4):
+            layers += [nn.Linear(1024, 1024), nn.ReLU()]
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(1024, 16)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+LOAD_ROWS = 256
+
+
+def export_load_mlp(out):
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(3)
+    net = LoadMlp().eval()
+    torch.jit.script(net).save(str(out / "load_mlp.pt"))
+    g = torch.Generator().manual_seed(4)
+    x = torch.rand(LOAD_ROWS, 1024, generator=g) * 4 - 2
+    with torch.no_grad():
+        y = torch.cat([net(x[i : i + 1]) for i in range(LOAD_ROWS)])
+    data = {"features": 1024, "inputs": x.tolist(), "outputs": y.tolist()}
+    (out / "load_mlp.json").write_text(json.dumps(data))
 
 
 def export_tensor_memory():
@@ -200,7 +242,9 @@ def main():
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["tensor_memory"]:
+    if sys.argv[1:2] == ["load_mlp"] and len(sys.argv) == 3:
+        export_load_mlp(sys.argv[2])
+    elif sys.argv[1:] == ["tensor_memory"]:
         OUT.mkdir(parents=True, exist_ok=True)
         export_tensor_memory()
     else:

@@ -13,18 +13,57 @@
 //! Prints one JSON line per case. Every run is inside `Inference::run`
 //! (eval mode held, `inference_mode`), as the example server runs its
 //! model; each thread at one intra-op thread. Without DIR (as under
-//! `cargo test --all-targets`) it says so and does nothing.
+//! `cargo test --all-targets`) it says so and does nothing. The flags that
+//! `cargo bench` and `cargo test` hand every bench target (`--bench`,
+//! `--nocapture`, …: the ones criterion accepts) are accepted and ignored;
+//! `cargo bench -p examples --bench aoti -- --help` lists the rest.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use tch::{CModule, Kind, Tensor};
 use tch_scope::aoti::Package;
 use tch_scope::{Inference, Servable};
 
 const BATCHES: [i64; 2] = [1, 32];
+
+/// TorchScript against AOTInductor `.pt2` on the same models: one JSON line
+/// per case on stdout (scripts/bench/aoti.sh runs it).
+#[derive(Debug, Parser)]
+#[command(name = "aoti", bin_name = "aoti")]
+struct Args {
+    /// The models `scripts/bench/aoti.py export DIR` wrote (mlp.pt,
+    /// mlp_b1.pt2, …); without it the bench does nothing.
+    #[arg(value_name = "DIR")]
+    dir: Option<PathBuf>,
+    #[command(flatten)]
+    _harness: Harness,
+}
+
+/// What `cargo bench` (`--bench`) and `cargo test` pass on to a
+/// `harness = false` target; ignored, as criterion ignores them.
+#[derive(Debug, clap::Args)]
+struct Harness {
+    #[arg(long, hide = true)]
+    bench: bool,
+    #[arg(long, hide = true)]
+    test: bool,
+    #[arg(long, hide = true)]
+    nocapture: bool,
+    #[arg(long, hide = true)]
+    show_output: bool,
+    #[arg(long, hide = true)]
+    include_ignored: bool,
+    #[arg(long, hide = true)]
+    ignored: bool,
+    #[arg(long, hide = true)]
+    exact: bool,
+    #[arg(long, hide = true)]
+    list: bool,
+}
 
 trait Forward: Servable + Send + Sync + 'static {
     fn forward1(&self, x: &Tensor) -> Tensor;
@@ -149,14 +188,12 @@ fn bench<M: Forward>(model: &str, format: &str, m: M, shape: &[i64], b: i64) {
 }
 
 fn main() {
-    // `cargo bench` passes --bench; the directory is the other argument.
-    let Some(dir) = std::env::args().skip(1).find(|a| !a.starts_with("--")) else {
+    let Some(dir) = Args::parse().dir else {
         eprintln!(
             "aoti bench: no model directory given (scripts/bench/aoti.sh gives one): nothing to do"
         );
         return;
     };
-    let dir = Path::new(&dir);
     tch::set_num_threads(1);
     for (model, shape) in [("mlp", &[32][..]), ("conv", &[3, 32, 32][..])] {
         for b in BATCHES {
