@@ -25,9 +25,13 @@
 //! - With `--debug`: `GET /debug/workers` (each worker's grad mode,
 //!   inference mode and the model's modes, at its start and now),
 //!   `POST /debug/pause` and `POST /debug/resume` (hold every worker, so
-//!   that tests can fill the queue), and the request header
+//!   that tests can fill the queue), the request header
 //!   `x-debug-fault` (`panic:MESSAGE`, `sleep:MS`, `die`) for the tests of
-//!   what a failing worker does.
+//!   what a failing worker does, and `x-debug-grad: on` (the request's
+//!   context captured with grad mode on, inference mode off: another scope
+//!   state). The batched server's 200 answers then say what the forward
+//!   ran in ([`Ran`]: `x-debug-batch`, `x-debug-grad-mode`,
+//!   `x-debug-inference-mode`), for the tests of mixed scope states.
 //!
 //! Connections: at most `--max-connections` at once (the rest wait in the
 //! kernel's backlog), a request head must arrive within
@@ -176,7 +180,9 @@ struct Args {
     )]
     intra_op_threads: i32,
     /// Add the /debug routes (`/debug/workers`, `/debug/pause`,
-    /// `/debug/resume`) and the `x-debug-fault` request header, for tests.
+    /// `/debug/resume`), the `x-debug-fault` and `x-debug-grad` request
+    /// headers and the batched server's `x-debug-batch` answer headers, for
+    /// tests.
     #[arg(long)]
     debug: bool,
     /// Seconds from a request head's first byte to its last (fractions
@@ -450,6 +456,11 @@ struct Input {
 struct Output {
     shape: Vec<i64>,
     data: Vec<f32>,
+    /// The batched server with `--debug`: what the forward ran in (the
+    /// `x-debug-batch`, `x-debug-grad-mode` and `x-debug-inference-mode`
+    /// answer headers, not the body).
+    #[serde(skip)]
+    ran: Option<Ran>,
 }
 
 /// `application/json` or `application/…+json`, parameters allowed.
@@ -569,6 +580,20 @@ fn debug_fault(headers: &HeaderMap) -> Result<Option<Fault>, ApiError> {
     fault.map(Some).ok_or_else(|| {
         ApiError::bad_request("x-debug-fault must be panic:MESSAGE, sleep:MS or die")
     })
+}
+
+/// `x-debug-grad` (`--debug` only): `on` captures the request's context
+/// with grad mode on and inference mode off (`inference_mode(false),
+/// enable_grad`) instead of the handler's `inference_mode`, so that it is
+/// never batched with the default requests; `off` (or no header) is the
+/// default.
+fn debug_grad(headers: &HeaderMap) -> Result<bool, ApiError> {
+    match headers.get("x-debug-grad").map(HeaderValue::to_str) {
+        None => Ok(false),
+        Some(Ok("on")) => Ok(true),
+        Some(Ok("off")) => Ok(false),
+        Some(_) => Err(ApiError::bad_request("x-debug-grad must be on or off")),
+    }
 }
 
 // ---- the worker pool -------------------------------------------------------
@@ -909,7 +934,11 @@ fn read_output(y: &Tensor) -> Result<Output, ApiError> {
             data[i]
         )));
     }
-    Ok(Output { shape, data })
+    Ok(Output {
+        shape,
+        data,
+        ran: None,
+    })
 }
 
 /// The model refused the input (422): the last line of libtorch's message
@@ -1220,6 +1249,67 @@ struct Controls {
     /// Where a worker ended by `x-debug-fault: die` waits (never taking a
     /// request again) until shutdown opens it.
     graveyard: Gate,
+    /// `--debug`: each request's forward adds a [`Ran`] output.
+    debug: bool,
+    /// The next forward's number in its [`Ran`] (`--debug` only).
+    forwards: AtomicI64,
+}
+
+/// What a request's forward in the batched server ran in (`--debug`
+/// only), read on the worker inside the forward, so inside the batch's
+/// context: the forward's number (one per model forward, a batch of
+/// requests or one alone, never reused) and the grad and inference modes.
+/// The forward returns it as one more output, `int64` `[rows, 3]` (each
+/// row `[forward, grad_mode, inference_mode]`), which the batcher splits
+/// back by rows like the model's output; the handler takes it off and
+/// answers it as headers (`x-debug-batch`, `x-debug-grad-mode`,
+/// `x-debug-inference-mode`).
+#[derive(Debug, Clone, Copy)]
+struct Ran {
+    batch: i64,
+    grad_mode: bool,
+    inference_mode: bool,
+}
+
+impl Ran {
+    /// This thread's modes now, under a new forward number.
+    fn here(forwards: &AtomicI64) -> Ran {
+        Ran {
+            batch: forwards.fetch_add(1, Ordering::Relaxed),
+            grad_mode: is_grad_enabled(),
+            inference_mode: is_inference_mode_enabled(),
+        }
+    }
+
+    /// The output that carries it: `rows` equal rows.
+    fn output(self, rows: i64) -> Result<Tensor, TchError> {
+        let row = [
+            self.batch,
+            i64::from(self.grad_mode),
+            i64::from(self.inference_mode),
+        ];
+        Tensor::f_from_slice(&row)?
+            .f_view([1, 3])?
+            .f_expand([rows, 3], false)
+    }
+
+    /// A request's part of that output (its first row).
+    fn read(t: &Tensor) -> Result<Ran, TchError> {
+        let at = |k: i64| t.f_int64_value(&[0, k]);
+        Ok(Ran {
+            batch: at(0)?,
+            grad_mode: at(1)? != 0,
+            inference_mode: at(2)? != 0,
+        })
+    }
+
+    /// Its answer headers.
+    fn headers(self, h: &mut HeaderMap) {
+        h.insert("x-debug-batch", HeaderValue::from(self.batch));
+        let flag = |b: bool| HeaderValue::from_static(if b { "true" } else { "false" });
+        h.insert("x-debug-grad-mode", flag(self.grad_mode));
+        h.insert("x-debug-inference-mode", flag(self.inference_mode));
+    }
 }
 
 thread_local! {
@@ -1289,6 +1379,28 @@ impl Controls {
             self.workers.slots[id].warmed.store(true, Ordering::Relaxed);
         }
         r
+    }
+
+    /// The model's forward for requests (a batch or one alone); with
+    /// `--debug`, its [`Ran`] after the model's outputs, as many rows as
+    /// the input has (one without a dim 0: such a request runs alone).
+    fn run_requests(
+        &self,
+        id: usize,
+        m: &impl Model,
+        xs: &[Tensor],
+    ) -> Result<Vec<Tensor>, ScopeError> {
+        if !self.debug {
+            return self.run_model(id, m, xs);
+        }
+        let ran = Ran::here(&self.forwards);
+        let mut ys = self.run_model(id, m, xs)?;
+        let rows = xs.first().and_then(|x| x.size().first().copied());
+        let info = ran
+            .output(rows.unwrap_or(1).max(1))
+            .map_err(|e| ScopeError::new("serve::debug", None, e.to_string()))?;
+        ys.push(info);
+        Ok(ys)
     }
 
     /// A control request on worker `id`.
@@ -1382,7 +1494,7 @@ fn batched_forward(c: &Controls, m: &impl Model, xs: &[Tensor]) -> Result<Vec<Te
                 return Ok(Vec::new());
             }
             let _busy = Busy::new(&c.workers, id);
-            c.run_model(id, m, xs)
+            c.run_requests(id, m, xs)
         }
         [x, ctl] if ctl.dim() == 0 => {
             let _busy = Busy::new(&c.workers, id);
@@ -1402,11 +1514,11 @@ fn batched_forward(c: &Controls, m: &impl Model, xs: &[Tensor]) -> Result<Vec<Te
                     }
                 }
             }
-            c.run_model(id, m, std::slice::from_ref(x))
+            c.run_requests(id, m, std::slice::from_ref(x))
         }
         _ => {
             let _busy = Busy::new(&c.workers, id);
-            c.run_model(id, m, xs)
+            c.run_requests(id, m, xs)
         }
     }
 }
@@ -1440,6 +1552,8 @@ impl Batched {
             jobs: (0..n).map(|_| AtomicU64::new(0)).collect(),
             threads: args.intra_op_threads,
             graveyard: Gate::default(),
+            debug: args.debug,
+            forwards: AtomicI64::new(0),
         });
         let options = BatchOptions::new()
             .max_batch(args.max_batch)
@@ -1490,13 +1604,17 @@ impl Batched {
 
     /// One request through the batcher, in `ctx` (the handler's scopes),
     /// by `deadline`; a client that goes drops the ticket, and with it the
-    /// request if no worker has taken it.
+    /// request if no worker has taken it. `grad`: `ctx` has grad mode on
+    /// (`x-debug-grad: on`), so the input is built outside the handler's
+    /// `inference_mode`: an inference tensor cannot be saved for backward,
+    /// and a request computed alone gets its input as it is.
     async fn predict(
         &self,
         ctx: Context,
         deadline: Instant,
         input: Input,
         fault: Option<Fault>,
+        grad: bool,
     ) -> Result<Output, ApiError> {
         if self.controls.workers.live() == 0 {
             return Err(ApiError::internal("no model worker is running"));
@@ -1525,7 +1643,12 @@ impl Batched {
         if Instant::now() >= deadline {
             return Err(late("before the input", None));
         }
-        let x = input_tensor(&input).map_err(|e| {
+        let x = if grad {
+            tch_scope::scoped!(inference_mode(false) => input_tensor(&input))
+        } else {
+            input_tensor(&input)
+        };
+        let x = x.map_err(|e| {
             if Instant::now() >= deadline {
                 late("building the input", None)
             } else {
@@ -1563,20 +1686,35 @@ impl Batched {
             },
         };
         drop(registered);
-        let ys = answer.map_err(batch_error)?;
+        let mut ys = answer.map_err(batch_error)?;
+        // `--debug`: the forward's last output is its `Ran`.
+        let ran = if self.controls.debug {
+            ys.pop().map(|t| Ran::read(&t))
+        } else {
+            None
+        };
         let [y] = ys.as_slice() else {
             return Err(ApiError::internal(format!(
                 "the model returned {} tensors, not one",
                 ys.len()
             )));
         };
-        read_output(y).map_err(|e| {
+        let read = |what: &str, e: ApiError| {
             if Instant::now() >= deadline {
-                late("reading the output", None)
+                late(what, None)
             } else {
                 e
             }
-        })
+        };
+        let ran = ran.transpose().map_err(|e| {
+            read(
+                "reading the debug output",
+                ApiError::internal(e.to_string()),
+            )
+        })?;
+        let mut out = read_output(y).map_err(|e| read("reading the output", e))?;
+        out.ran = ran;
+        Ok(out)
     }
 }
 
@@ -1735,7 +1873,10 @@ impl App {
 
 /// The tch-scope handler: its scopes are entered around every poll; the
 /// context it captures carries inference mode and the deadline (counted
-/// from the arrival, so queued time counts) to the worker.
+/// from the arrival, so queued time counts) to the worker. `grad`
+/// (`x-debug-grad: on`, `--debug` only) captures it with grad mode on and
+/// inference mode off instead: another scope state, never batched with
+/// the default one.
 #[scope(
     inference_mode,
     timed("serve::predict"),
@@ -1747,11 +1888,16 @@ async fn predict(
     budget: Duration,
     body: Body,
     fault: Option<Fault>,
+    grad: bool,
 ) -> Result<Output, ApiError> {
     let input = read_input(body, app.body_limit, app.body_timeout).await?;
-    let ctx = Context::capture();
+    let ctx = if grad {
+        tch_scope::scoped!(inference_mode(false), enable_grad => Context::capture())
+    } else {
+        Context::capture()
+    };
     match &app.batched {
-        Some(b) => b.predict(ctx, arrival + budget, input, fault).await,
+        Some(b) => b.predict(ctx, arrival + budget, input, fault, grad).await,
         None => app.run(Ticket::Scoped(ctx), input, fault).await,
     }
 }
@@ -1789,15 +1935,20 @@ async fn answer(
         ));
     }
     let b = budget(headers, app.default_deadline)?;
-    let fault = if app.debug {
-        debug_fault(headers)?
+    let (fault, grad) = if app.debug {
+        (debug_fault(headers)?, debug_grad(headers)?)
     } else {
-        None
+        (None, false)
     };
     if app.plain {
+        if grad {
+            return Err(ApiError::bad_request(
+                "x-debug-grad: on needs the tch-scope server (--plain captures no scopes)",
+            ));
+        }
         predict_plain_handler(app, arrival, b, body, fault).await
     } else {
-        predict(app, arrival, b, body, fault).await
+        predict(app, arrival, b, body, fault, grad).await
     }
 }
 
@@ -1808,7 +1959,13 @@ async fn predict_route(State(app): State<Arc<App>>, headers: HeaderMap, body: Bo
         .await
         .unwrap_or_else(|message| Err(ApiError::panicked("the handler", message)));
     let mut response = match r {
-        Ok(out) => json_response(StatusCode::OK, &out),
+        Ok(out) => {
+            let mut response = json_response(StatusCode::OK, &out);
+            if let Some(ran) = out.ran {
+                ran.headers(response.headers_mut());
+            }
+            response
+        }
         Err(e) => {
             if let Some(detail) = &e.detail {
                 eprintln!("serve: request {id}: {detail}");

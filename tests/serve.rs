@@ -9,7 +9,10 @@
 //! their clocks and capped, SIGTERM (once and twice) and its bound, the
 //! 408/415/422/500 answers and request ids, requests of departed clients
 //! skipped, `/healthz` and `/readyz`, concurrent debug routes. Faults in a
-//! worker come from the `x-debug-fault` header (`--debug` only).
+//! worker come from the `x-debug-fault` header (`--debug` only). Batching:
+//! a burst in batches, expired and failing requests alone, and mixed scope
+//! states (`x-debug-grad: on` beside default requests) never sharing a
+//! forward, as the `x-debug-batch` answer headers show.
 //!
 //! The example binaries are the ones beside this test's binary, which
 //! `make test` builds first (a nested `cargo build` would wait on the lock
@@ -144,9 +147,18 @@ impl Server {
     }
 }
 
+/// `serve --debug` with `extra` flags (and `--plain` if `plain`).
 fn start(plain: bool, extra: &[&str]) -> Server {
+    start_as(true, plain, extra)
+}
+
+/// `serve`, with `--debug` only if `debug`.
+fn start_as(debug: bool, plain: bool, extra: &[&str]) -> Server {
     let mut cmd = Command::new(&bins()["serve"]);
-    cmd.args(["--addr", "127.0.0.1:0", "--debug"]).args(extra);
+    cmd.args(["--addr", "127.0.0.1:0"]).args(extra);
+    if debug {
+        cmd.arg("--debug");
+    }
     if plain {
         cmd.arg("--plain");
     }
@@ -203,6 +215,21 @@ fn http(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, String) {
+    let (status, _, body) = http_full(addr, method, path, headers, body);
+    (status, body)
+}
+
+/// The answer's head lines past the status line, as (lowercase name, value).
+type Headers = Vec<(String, String)>;
+
+/// As [`http`], with the answer's headers.
+fn http_full(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Headers, String) {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -230,7 +257,21 @@ fn http(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status in {head:?}"));
-    (status, body.to_string())
+    let fields = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, fields, body.to_string())
+}
+
+/// The value of the header `name` (lowercase), if it came.
+fn header<'a>(headers: &'a Headers, name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
 }
 
 fn predict(addr: &str, deadline_ms: Option<&str>, body: &str) -> (u16, serde_json::Value) {
@@ -1459,4 +1500,205 @@ fn a_bad_request_among_batched_ones_fails_alone() {
     let largest = sample(&text, "serve_batch_largest").expect("serve_batch_largest");
     assert!(largest >= 2.0, "the good ones were not batched:\n{text}");
     assert_workers_as_before(&a, 1);
+}
+
+/// A `/predict` with `headers`: (status, answer headers, JSON body).
+fn predict_full(
+    addr: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Headers, serde_json::Value) {
+    let (status, fields, text) = http_full(addr, "POST", "/predict", headers, body.as_bytes());
+    let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    (status, fields, v)
+}
+
+/// One answer of a mixed burst: whether it asked for grad mode, and what
+/// its forward reported (`x-debug-batch`, `x-debug-grad-mode`).
+struct Mixed {
+    what: String,
+    grad: bool,
+    batch: i64,
+}
+
+/// A request of the default scope state (`grad` false) or with
+/// `x-debug-grad: on`, checked: 200, PyTorch's eval rows within 1e-5, and
+/// its forward ran with grad mode (and without inference mode) exactly
+/// when it asked to.
+fn mixed_request(a: &str, grad: bool, body: &str, want: &[Vec<f32>], what: &str) -> Mixed {
+    let mut headers = vec![("content-type", "application/json")];
+    if grad {
+        headers.push(("x-debug-grad", "on"));
+    }
+    let (status, fields, v) = predict_full(a, &headers, body);
+    assert_eq!(status, 200, "{what}: {v}");
+    assert_rows_close(&v, want, what);
+    let field = |name: &str| {
+        header(&fields, name).unwrap_or_else(|| panic!("{what}: no {name} in {fields:?}"))
+    };
+    assert_eq!(field("x-debug-grad-mode"), grad.to_string(), "{what}");
+    assert_eq!(
+        field("x-debug-inference-mode"),
+        (!grad).to_string(),
+        "{what}"
+    );
+    let batch = field("x-debug-batch")
+        .parse()
+        .unwrap_or_else(|e| panic!("{what}: x-debug-batch: {e}"));
+    Mixed {
+        what: what.to_string(),
+        grad,
+        batch,
+    }
+}
+
+/// Per forward (`x-debug-batch`): its requests (default, with grad).
+/// Panics if one forward computed requests of both kinds.
+fn per_forward(answers: &[Mixed]) -> HashMap<i64, (usize, usize)> {
+    let mut forwards: HashMap<i64, (usize, usize)> = HashMap::new();
+    for m in answers {
+        let n = forwards.entry(m.batch).or_default();
+        if m.grad {
+            n.1 += 1;
+        } else {
+            n.0 += 1;
+        }
+    }
+    for (id, (plain, grad)) in &forwards {
+        let whose: Vec<&str> = answers
+            .iter()
+            .filter(|m| m.batch == *id)
+            .map(|m| m.what.as_str())
+            .collect();
+        assert!(
+            *plain == 0 || *grad == 0,
+            "forward {id} computed {plain} default and {grad} grad-mode requests together: {whose:?}"
+        );
+    }
+    forwards
+}
+
+/// Mixed scope states through the batched server, as processes on
+/// loopback: requests with `x-debug-grad: on` (their context captured
+/// with grad mode on, inference mode off) beside default ones
+/// (`inference_mode`). 64 of them held behind `/debug/pause` on 64
+/// connections and let go at once, then 64 not held over 16 connections:
+/// every answer is PyTorch's eval rows within 1e-5, every forward ran in
+/// the scope state its request asked for (read inside the forward, on the
+/// worker), no forward computed both kinds, and some computed several of
+/// each (the held burst). The workers' own state is as at their start
+/// after it.
+#[test]
+fn mixed_scope_states_are_batched_apart_and_answered_right() {
+    let Some((xs, ys)) = eager_rows() else { return };
+    let s = start(
+        false,
+        &["--workers", "2", "--max-delay-ms", "20", "--queue", "256"],
+    );
+    let a = s.addr.clone();
+    let json = ("content-type", "application/json");
+    let (status, v) = predict_with(&a, &[json, ("x-debug-grad", "yes")], &input(1, 32));
+    assert_eq!(status, 400, "{v}");
+    assert!(error(&v).contains("x-debug-grad"), "{v}");
+
+    let n = 64;
+    // Request k: row k % 3, or all three rows for every sixth; grad mode
+    // for every odd one: the kinds interleaved in the queue.
+    let rows_of = |k: usize| if k % 6 == 5 { 0..3 } else { k % 3..k % 3 + 1 };
+    let grad_of = |k: usize| k % 2 == 1;
+    let (status, body) = http(&a, "POST", "/debug/pause", &[], b"");
+    assert_eq!(status, 200, "{body}");
+    let held: Vec<_> = (0..n)
+        .map(|k| {
+            let (a, rows) = (a.clone(), rows_of(k));
+            let body = body_of(&xs[rows.clone()]);
+            let want = ys[rows].to_vec();
+            let grad = grad_of(k);
+            std::thread::spawn(move || {
+                mixed_request(&a, grad, &body, &want, &format!("held request {k}"))
+            })
+        })
+        .collect();
+    wait_queued(&a, n);
+    let (status, body) = http(&a, "POST", "/debug/resume", &[], b"");
+    assert_eq!(status, 200, "{body}");
+    let held: Vec<Mixed> = held.into_iter().map(|t| t.join().unwrap()).collect();
+    let forwards = per_forward(&held);
+    let (plain, grad) = forwards
+        .values()
+        .fold((0, 0), |(p, g), &(a, b)| (p.max(a), g.max(b)));
+    assert!(
+        plain >= 2 && grad >= 2,
+        "no forward of several requests of each kind (most default {plain}, most grad {grad}): \
+         {forwards:?}"
+    );
+
+    // Not held: 16 connections at a time, 4 requests each, the kinds
+    // alternating; batched as they come (or not), never mixed.
+    let unheld: Vec<_> = (0..16)
+        .map(|c| {
+            let a = a.clone();
+            let (xs, ys) = (xs.clone(), ys.clone());
+            std::thread::spawn(move || {
+                (0..4)
+                    .map(|j| {
+                        let k = c * 4 + j;
+                        let rows = rows_of(k);
+                        let body = body_of(&xs[rows.clone()]);
+                        let what = format!("unheld request {k}");
+                        mixed_request(&a, (c + j) % 2 == 1, &body, &ys[rows], &what)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut all = held;
+    for t in unheld {
+        all.extend(t.join().unwrap());
+    }
+    per_forward(&all);
+    assert_workers_as_before(&a, 2);
+}
+
+/// `x-debug-grad` elsewhere: without `--debug` it is ignored (a bad value
+/// too) and no `x-debug-*` answer header comes; `--plain` refuses `on`
+/// (400: it captures no scopes); the worker pool (`--max-batch 1`) computes
+/// such a request right, without the batched server's answer headers.
+#[test]
+fn the_grad_header_without_debug_on_plain_and_unbatched() {
+    let Some((xs, ys)) = eager_rows() else { return };
+    let body = body_of(&xs[0..2]);
+    let json = ("content-type", "application/json");
+    let no_debug_headers = |fields: &Headers, what: &str| {
+        assert!(
+            fields.iter().all(|(k, _)| !k.starts_with("x-debug-")),
+            "{what}: {fields:?}"
+        );
+    };
+
+    let s = start_as(false, false, &["--workers", "1"]);
+    for value in ["on", "yes"] {
+        let (status, fields, v) = predict_full(&s.addr, &[json, ("x-debug-grad", value)], &body);
+        assert_eq!(status, 200, "x-debug-grad: {value} without --debug: {v}");
+        assert_rows_close(&v, &ys[0..2], "without --debug");
+        no_debug_headers(&fields, "without --debug");
+    }
+    drop(s);
+
+    let s = start(true, &["--workers", "1"]);
+    let (status, v) = predict_with(&s.addr, &[json, ("x-debug-grad", "on")], &body);
+    assert_eq!(status, 400, "{v}");
+    assert!(error(&v).contains("x-debug-grad"), "{v}");
+    let (status, v) = predict_with(&s.addr, &[json, ("x-debug-grad", "off")], &body);
+    assert_eq!(status, 200, "{v}");
+    drop(s);
+
+    let s = start(false, &["--workers", "1", "--max-batch", "1"]);
+    for value in ["on", "off"] {
+        let (status, fields, v) = predict_full(&s.addr, &[json, ("x-debug-grad", value)], &body);
+        assert_eq!(status, 200, "x-debug-grad: {value}, --max-batch 1: {v}");
+        assert_rows_close(&v, &ys[0..2], "--max-batch 1");
+        no_debug_headers(&fields, "--max-batch 1");
+    }
+    assert_workers_as_before(&s.addr, 1);
 }
