@@ -30,7 +30,14 @@
 //!   together (others form other batches, and a request whose inputs have
 //!   no dim 0, or disagree on their row count, runs alone). Every output of
 //!   the forward must keep the batch's rows first: it is split back per
-//!   request by their row counts. Several inputs and outputs work.
+//!   request by their row counts. Several inputs and outputs work. A
+//!   request computed alone gets its own tensors, untouched; a batch gets
+//!   new ones, made by the concatenation in the batch's context. So build
+//!   inputs in the state you submit from: an input made inside
+//!   `inference_mode` and submitted from a context with grad mode on is
+//!   an inference tensor, which autograd refuses to save when that request
+//!   runs alone ("Inference tensors cannot be saved for backward"), while
+//!   in a batch its rows are copied into a normal tensor first.
 //! - **Expired and cancelled requests are never computed.** Just before a
 //!   batch is computed, a request whose deadline has passed is removed and
 //!   answered [`BatchError::Expired`]; one whose [`Ticket`] was dropped is
