@@ -660,7 +660,7 @@ impl Drop for Server {
     fn drop(&mut self) {
         // The group's id is the leader's pid (`process_group(0)`).
         let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{}", self.child.id())])
+            .args(["-s", "KILL", "--", &format!("-{}", self.child.id())])
             .stderr(Stdio::null())
             .status();
         let _ = self.child.kill();
