@@ -120,6 +120,24 @@ fn timed_async_fn_records_once_per_call_not_per_poll() {
     assert_eq!(tch_scope::report().timing(name).unwrap().count, before + 1);
 }
 
+/// `in_scopes` by hand: `NoGrad` around each poll, `Timed` once for the
+/// whole future.
+#[test]
+fn in_scopes_by_hand_enters_each_poll_and_times_the_whole_future() {
+    let name = "integration::async::in_scopes";
+    let fut = async {
+        let before = tch_scope::is_grad_enabled();
+        YieldOnce::default().await;
+        (before, tch_scope::is_grad_enabled())
+    };
+    let mut fut = pin!(fut.in_scopes(NoGrad, tch_scope::Timed::new(name)));
+    assert!(poll_once(fut.as_mut()).is_pending());
+    assert_eq!(state(), fresh());
+    assert_eq!(poll_once(fut.as_mut()), Poll::Ready(Ok((false, false))));
+    assert_eq!(state(), fresh());
+    assert_eq!(tch_scope::report().timing(name).unwrap().count, 1);
+}
+
 #[test]
 fn a_cancelled_timed_future_records_once_when_dropped() {
     let name = "integration::async::cancelled";

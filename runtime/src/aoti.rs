@@ -174,7 +174,7 @@ impl Package {
     /// Options for [`PackageOptions::load`]: the number of runners and the
     /// model's name in the package.
     ///
-    /// ```
+    /// ```no_run
     /// let opts = tch_scope::aoti::Package::options().runners(1);
     /// # let _ = opts;
     /// ```

@@ -159,7 +159,7 @@ impl Context {
     /// # Panics
     /// If libtorch cannot copy its thread state (out of memory).
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::{Context, scoped};
     /// let ctx = scoped!(no_grad => Context::capture());
     /// assert!(!ctx.is_grad_enabled());
@@ -186,7 +186,7 @@ impl Context {
 
     /// Grad mode as captured.
     ///
-    /// ```
+    /// ```no_run
     /// let ctx = tch_scope::scoped!(no_grad => tch_scope::Context::capture());
     /// assert!(!ctx.is_grad_enabled());
     /// ```
@@ -196,7 +196,7 @@ impl Context {
 
     /// Inference mode as captured.
     ///
-    /// ```
+    /// ```no_run
     /// let ctx = tch_scope::scoped!(inference_mode => tch_scope::Context::capture());
     /// assert!(ctx.is_inference_mode_enabled());
     /// ```
@@ -206,7 +206,7 @@ impl Context {
 
     /// The current device as captured ([`current_device`](crate::current_device)).
     ///
-    /// ```
+    /// ```no_run
     /// let ctx = tch_scope::scoped!(device(cpu) => tch_scope::Context::capture());
     /// assert_eq!(ctx.device(), tch::Device::Cpu);
     /// ```
@@ -224,7 +224,7 @@ impl Context {
     /// `tch_scope::batch` module). Two clones of one context are always
     /// the same; the comparison reads no libtorch state.
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::{Context, scoped};
     /// let a = scoped!(no_grad => Context::capture());
     /// let b = scoped!(no_grad => Context::capture());
@@ -244,7 +244,7 @@ impl Context {
     /// capture), or `None` if none was open: a worker can drop a request
     /// whose time is up before starting on it.
     ///
-    /// ```
+    /// ```no_run
     /// use std::time::{Duration, Instant};
     /// use tch_scope::{Context, scoped};
     /// let t = Instant::now() + Duration::from_secs(60);
@@ -276,7 +276,7 @@ impl Context {
     /// # Errors
     /// The deadline's [`ScopeError`], or the error of entering.
     ///
-    /// ```
+    /// ```no_run
     /// use std::time::{Duration, Instant};
     /// use tch::{Device, Kind, Tensor};
     /// use tch_scope::{Context, scoped};
@@ -454,6 +454,39 @@ mod tests {
         drop(g);
         assert!(!bf16.same_state(&plain));
         assert!(!bf16.same_state(&bf16_uncached));
+        let g = NoGrad.enter().unwrap();
+        let a = Autocast::cpu(tch::Kind::BFloat16).enter().unwrap();
+        let no_grad_bf16 = Context::capture();
+        drop(a);
+        drop(g);
+        assert!(!no_grad.same_state(&no_grad_bf16));
         assert!(plain.same_state(&Context::capture())); // all put back
+    }
+
+    #[test]
+    fn capture_reads_the_modes_the_device_and_the_deadline() {
+        use crate::{Deadline, InferenceMode, NoGrad, OnDevice, Scope};
+        let plain = Context::capture();
+        assert!(plain.is_grad_enabled() && !plain.is_inference_mode_enabled());
+        assert_eq!(plain.deadline(), None);
+
+        let g = NoGrad.enter().unwrap();
+        assert!(!Context::capture().is_grad_enabled());
+        drop(g);
+        let g = InferenceMode.enter().unwrap();
+        assert!(Context::capture().is_inference_mode_enabled());
+        drop(g);
+        let g = OnDevice::new("cpu").enter().unwrap();
+        assert_eq!(Context::capture().device(), Device::Cpu);
+        drop(g);
+
+        let t = Instant::now() + Duration::from_secs(60);
+        let g = Deadline::until(t).enter().unwrap();
+        let d = Context::capture().deadline().unwrap();
+        drop(g);
+        assert!(
+            d.max(t) - d.min(t) < Duration::from_millis(1),
+            "{d:?} vs {t:?}"
+        );
     }
 }

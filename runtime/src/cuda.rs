@@ -50,7 +50,7 @@ unsafe extern "C" {
 /// Number of CUDA devices libtorch sees (0 without CUDA or without a GPU).
 /// Read once per process, like `torch.cuda.device_count()` caches it.
 ///
-/// ```
+/// ```no_run
 /// let n = tch_scope::cuda_device_count();
 /// assert_eq!(n, tch::Cuda::device_count() as usize);
 /// ```
@@ -74,7 +74,7 @@ pub fn built_with_cuda() -> bool {
 /// The thread's current CUDA device index (`torch.cuda.current_device()`),
 /// or `None` without CUDA.
 ///
-/// ```
+/// ```no_run
 /// if tch_scope::cuda_device_count() == 0 {
 ///     assert_eq!(tch_scope::current_cuda_device(), None);
 /// }
@@ -143,4 +143,16 @@ pub(crate) fn empty_cache() -> Result<(), String> {
 pub(crate) fn synchronize(device: i32) -> Result<(), String> {
     // SAFETY: plain value argument; the shim catches exceptions.
     ffi::check(unsafe { tch_scope_cuda_synchronize(device) })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn device_count_is_tchs_and_no_current_device_without_cuda() {
+        let n = super::cuda_device_count();
+        assert_eq!(n, usize::try_from(tch::Cuda::device_count()).unwrap());
+        if n == 0 {
+            assert_eq!(super::current_cuda_device(), None);
+        }
+    }
 }

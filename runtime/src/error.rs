@@ -54,7 +54,7 @@ impl ScopeError {
     /// A new error for `scope` (as the user wrote it), on `device` if one is
     /// involved, with a human-readable `reason`.
     ///
-    /// ```
+    /// ```no_run
     /// let e = tch_scope::ScopeError::new("my_scope", None, "already closed");
     /// assert_eq!(e.to_string(), "cannot enter `my_scope`: already closed");
     /// ```
@@ -75,7 +75,7 @@ impl ScopeError {
     /// failure of its own — a `deadline` that passed. Its message is the
     /// `reason` alone, which says what happened.
     ///
-    /// ```
+    /// ```no_run
     /// let e = tch_scope::ScopeError::ended("deadline(100 ms)", None, "deadline of 100 ms exceeded after 103 ms at aten::mm");
     /// assert_eq!(e.to_string(), "deadline of 100 ms exceeded after 103 ms at aten::mm");
     /// assert!(e.is_ended());
@@ -94,7 +94,7 @@ impl ScopeError {
     /// Whether the scope was entered and then ended the body itself
     /// ([`ended`](Self::ended)), rather than failing to enter.
     ///
-    /// ```
+    /// ```no_run
     /// assert!(!tch_scope::ScopeError::new("device(3)", None, "no CUDA").is_ended());
     /// ```
     pub fn is_ended(&self) -> bool {
@@ -103,7 +103,7 @@ impl ScopeError {
 
     /// The scope that failed, as written (`"device(3)"`, `"inference_mode"`).
     ///
-    /// ```
+    /// ```no_run
     /// let e = tch_scope::ScopeError::new("no_grad", None, "x");
     /// assert_eq!(e.scope(), "no_grad");
     /// ```
@@ -113,7 +113,7 @@ impl ScopeError {
 
     /// The device involved, if any.
     ///
-    /// ```
+    /// ```no_run
     /// let e = tch_scope::ScopeError::new("device(1)", Some(tch::Device::Cuda(1)), "x");
     /// assert_eq!(e.device(), Some(tch::Device::Cuda(1)));
     /// ```
@@ -123,7 +123,7 @@ impl ScopeError {
 
     /// Why it failed.
     ///
-    /// ```
+    /// ```no_run
     /// let e = tch_scope::ScopeError::new("no_grad", None, "because");
     /// assert_eq!(e.reason(), "because");
     /// ```
@@ -263,5 +263,31 @@ impl EntryError for ScopeError {
 impl From<Infallible> for ScopeError {
     fn from(e: Infallible) -> Self {
         match e {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ScopeError;
+
+    #[test]
+    fn an_entry_error_names_scope_and_device_an_ended_one_says_what_happened() {
+        let e = ScopeError::new("my_scope", None, "already closed");
+        assert_eq!(e.to_string(), "cannot enter `my_scope`: already closed");
+        assert_eq!(
+            (e.scope(), e.device(), e.reason()),
+            ("my_scope", None, "already closed")
+        );
+        assert!(!e.is_ended());
+
+        let e = ScopeError::new("device(1)", Some(tch::Device::Cuda(1)), "x");
+        assert_eq!(e.device(), Some(tch::Device::Cuda(1)));
+        assert_eq!(e.to_string(), "cannot enter `device(1)` on cuda:1: x");
+
+        let why = "deadline of 100 ms exceeded after 103 ms at aten::mm";
+        let e = ScopeError::ended("deadline(100 ms)", None, why);
+        assert_eq!(e.to_string(), why);
+        assert_eq!((e.scope(), e.reason()), ("deadline(100 ms)", why));
+        assert!(e.is_ended());
     }
 }

@@ -38,7 +38,7 @@ impl ExitError {
     /// A new exit error for `scope` (the scope word: `"fork_rng"`,
     /// `"eval"`) with a human-readable `reason`.
     ///
-    /// ```
+    /// ```no_run
     /// let e = tch_scope::ExitError::new("my_scope", "lost the handle");
     /// assert_eq!(e.scope(), "my_scope");
     /// ```
@@ -51,7 +51,7 @@ impl ExitError {
 
     /// The scope that could not be left cleanly.
     ///
-    /// ```
+    /// ```no_run
     /// assert_eq!(tch_scope::ExitError::new("autocast", "x").scope(), "autocast");
     /// ```
     pub fn scope(&self) -> &str {
@@ -60,7 +60,7 @@ impl ExitError {
 
     /// What went wrong.
     ///
-    /// ```
+    /// ```no_run
     /// assert_eq!(tch_scope::ExitError::new("autocast", "why").reason(), "why");
     /// ```
     pub fn reason(&self) -> &str {
@@ -173,7 +173,7 @@ static REPORTED: AtomicU64 = AtomicU64::new(0);
 /// The hook runs inside `Drop`, perhaps while a panic unwinds: keep it
 /// short. If it panics, the panic is caught and the error goes to stderr.
 ///
-/// ```
+/// ```no_run
 /// use std::sync::Mutex;
 /// static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// tch_scope::set_exit_hook(|e| SEEN.lock().unwrap().push(e.scope().to_owned()));
@@ -186,7 +186,7 @@ pub fn set_exit_hook(hook: impl Fn(&ExitError) + Send + Sync + 'static) {
 
 /// Puts the default exit hook back (one line on stderr).
 ///
-/// ```
+/// ```no_run
 /// tch_scope::set_exit_hook(|_| {});
 /// tch_scope::reset_exit_hook();
 /// ```
@@ -196,7 +196,7 @@ pub fn reset_exit_hook() {
 
 /// How many exit errors this process has reported so far (to any hook).
 ///
-/// ```
+/// ```no_run
 /// let n = tch_scope::exit_errors_reported();
 /// assert!(tch_scope::exit_errors_reported() >= n);
 /// ```

@@ -118,7 +118,7 @@ pin_project! {
     /// The `whole_future` guard lives in the future, so the future is `Send` only
     /// if that guard is.
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::{NoGrad, ScopeFutureExt, Timed, is_grad_enabled};
     /// let fut = async { is_grad_enabled() }.in_scopes(NoGrad, Timed::new("doc::span"));
     /// # let mut f = std::pin::pin!(fut);
@@ -234,7 +234,7 @@ impl<P: Scope, S: Scope, F: Future> Future for Spanned<P, S, F> {
 
 /// Runs a future inside a scope, re-entered on every poll.
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::{InferenceMode, ScopeFutureExt};
 /// let fut = async { tch_scope::is_inference_mode_enabled() }.in_scope(InferenceMode);
 /// # let _ = fut;
@@ -307,7 +307,7 @@ impl<S: Scope, I: Iterator> Iterator for ScopedIter<S, I> {
 pub trait ScopeIterExt: Iterator + Sized {
     /// Wraps `self` so that `scope` is entered around each `next()`.
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::{InferenceMode, ScopeIterExt};
     /// let mut it = std::iter::repeat_with(tch_scope::is_inference_mode_enabled).in_scope(InferenceMode);
     /// assert_eq!(it.next(), Some(true));
@@ -319,3 +319,16 @@ pub trait ScopeIterExt: Iterator + Sized {
 }
 
 impl<I: Iterator> ScopeIterExt for I {}
+
+#[cfg(test)]
+mod tests {
+    use super::ScopeIterExt;
+    use crate::{InferenceMode, is_inference_mode_enabled};
+
+    #[test]
+    fn an_iterator_in_a_scope() {
+        let mut it = std::iter::repeat_with(is_inference_mode_enabled).in_scope(InferenceMode);
+        assert_eq!(it.next(), Some(true));
+        assert!(!is_inference_mode_enabled());
+    }
+}

@@ -69,7 +69,7 @@ impl Outcome {
     /// `failed` (as serde writes it, the trace's `args.outcome`, and the
     /// `outcome` label of the `metrics` feature).
     ///
-    /// ```
+    /// ```no_run
     /// assert_eq!(tch_scope::Outcome::Panicked.as_str(), "panicked");
     /// ```
     pub const fn as_str(self) -> &'static str {
@@ -88,5 +88,16 @@ impl Outcome {
         } else {
             seen
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Outcome;
+
+    #[test]
+    fn as_str_is_the_lower_case_word() {
+        let words = [Outcome::Completed, Outcome::Panicked, Outcome::Failed].map(Outcome::as_str);
+        assert_eq!(words, ["completed", "panicked", "failed"]);
     }
 }

@@ -160,7 +160,7 @@ impl<S: Scope + ?Sized> Scope for &mut S {
 
 /// Two scopes as one: enters `A` then `B`, leaves `B` then `A`.
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::{Chain, EnableGrad, End, NoGrad, Scope};
 /// let g = Chain(NoGrad, Chain(EnableGrad, End)).enter().unwrap();
 /// assert!(tch_scope::is_grad_enabled()); // the inner one wins
@@ -213,11 +213,6 @@ impl<A: Scope, B: Scope> Scope for Chain<A, B> {
 }
 
 /// The empty scope, which ends a [`Chain`].
-///
-/// ```
-/// use tch_scope::{End, Scope};
-/// End.enter().unwrap();
-/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct End;
 
@@ -235,7 +230,7 @@ impl Scope for End {
 /// A scope entered only when a condition holds (`no_grad if cond`), like
 /// `ExitStack.enter_context` behind an `if`.
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::{NoGrad, Scope, When};
 /// let g = When::new(false, NoGrad).enter().unwrap();
 /// assert!(g.is_none());
@@ -249,11 +244,6 @@ pub struct When<S> {
 
 impl<S> When<S> {
     /// `scope`, entered only if `on`.
-    ///
-    /// ```
-    /// let w = tch_scope::When::new(true, tch_scope::NoGrad);
-    /// # let _ = w;
-    /// ```
     pub fn new(on: bool, scope: S) -> Self {
         Self { on, scope }
     }
@@ -292,5 +282,34 @@ impl<S: Scope> Scope for When<S> {
         if let Some(g) = guard {
             S::resume(g);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Chain, End, Scope, When};
+    use crate::{EnableGrad, NoGrad, is_grad_enabled};
+
+    #[test]
+    fn a_chain_enters_in_order_and_leaves_in_reverse() {
+        let g = Chain(NoGrad, Chain(EnableGrad, End)).enter().unwrap();
+        assert!(is_grad_enabled()); // the inner one wins
+        drop(g);
+        assert!(is_grad_enabled());
+        let g = Chain(EnableGrad, Chain(NoGrad, End)).enter().unwrap();
+        assert!(!is_grad_enabled());
+        drop(g);
+        assert!(is_grad_enabled());
+    }
+
+    #[test]
+    fn when_enters_only_if_on() {
+        let g = When::new(false, NoGrad).enter().unwrap();
+        assert!(g.is_none());
+        assert!(is_grad_enabled());
+        let g = When::new(true, NoGrad).enter().unwrap();
+        assert!(g.is_some() && !is_grad_enabled());
+        drop(g);
+        assert!(is_grad_enabled());
     }
 }

@@ -79,7 +79,7 @@ impl std::fmt::Debug for ScopeStack<'_> {
 impl<'a> ScopeStack<'a> {
     /// An empty stack.
     ///
-    /// ```
+    /// ```no_run
     /// assert!(tch_scope::ScopeStack::new().is_empty());
     /// ```
     pub fn new() -> Self {
@@ -94,7 +94,7 @@ impl<'a> ScopeStack<'a> {
     /// # Errors
     /// The scope's [`ScopeError`]; the stack is unchanged.
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::{InferenceMode, ScopeStack, is_inference_mode_enabled};
     /// let mut stack = ScopeStack::new();
     /// stack.enter(InferenceMode).unwrap();
@@ -116,7 +116,7 @@ impl<'a> ScopeStack<'a> {
 
     /// Runs `f` when the stack unwinds to this point (`ExitStack.callback`).
     ///
-    /// ```
+    /// ```no_run
     /// use std::cell::Cell;
     /// let done = Cell::new(false);
     /// let mut stack = tch_scope::ScopeStack::new();
@@ -131,7 +131,7 @@ impl<'a> ScopeStack<'a> {
     /// Runs `f` with the [`Outcome`] when the stack unwinds to this point
     /// (`ExitStack.push`, whose callback gets the exception).
     ///
-    /// ```
+    /// ```no_run
     /// use std::cell::Cell;
     /// use tch_scope::{Outcome, ScopeStack};
     /// let seen = Cell::new(None);
@@ -148,7 +148,7 @@ impl<'a> ScopeStack<'a> {
     /// this one empty (`ExitStack.pop_all`): set scopes up, and hand them
     /// on only once all of them are in.
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::{NoGrad, ScopeStack, is_grad_enabled};
     /// fn setup() -> Result<ScopeStack<'static>, tch_scope::ScopeError> {
     ///     let mut stack = ScopeStack::new();
@@ -171,7 +171,7 @@ impl<'a> ScopeStack<'a> {
     /// Leaves every scope now, innermost first, each hearing `outcome`
     /// (`Panicked` instead while a panic unwinds).
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::{NoGrad, Outcome, ScopeStack, is_grad_enabled};
     /// let mut stack = ScopeStack::new();
     /// stack.enter(NoGrad).unwrap();
@@ -193,7 +193,7 @@ impl<'a> ScopeStack<'a> {
     /// Leaves the innermost scope now (its exit hears `Completed`); `false`
     /// if the stack is empty.
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::{NoGrad, ScopeStack, is_grad_enabled};
     /// let mut stack = ScopeStack::new();
     /// stack.enter(NoGrad).unwrap();
@@ -211,7 +211,7 @@ impl<'a> ScopeStack<'a> {
 
     /// How many scopes are open.
     ///
-    /// ```
+    /// ```no_run
     /// assert_eq!(tch_scope::ScopeStack::new().len(), 0);
     /// ```
     pub fn len(&self) -> usize {
@@ -220,7 +220,7 @@ impl<'a> ScopeStack<'a> {
 
     /// Whether no scope is open.
     ///
-    /// ```
+    /// ```no_run
     /// assert!(tch_scope::ScopeStack::new().is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
@@ -231,5 +231,55 @@ impl<'a> ScopeStack<'a> {
 impl Drop for ScopeStack<'_> {
     fn drop(&mut self) {
         self.leave(Outcome::at_exit_or(Outcome::Completed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::ScopeStack;
+    use crate::is_inference_mode_enabled as inference;
+    use crate::{InferenceMode, NoGrad, Outcome, ScopeError, is_grad_enabled};
+
+    #[test]
+    fn new_enter_len_pop() {
+        let mut stack = ScopeStack::new();
+        assert_eq!((stack.is_empty(), stack.len()), (true, 0));
+        stack.enter(InferenceMode).unwrap();
+        assert!(inference() && stack.len() == 1);
+        drop(stack);
+        assert!(!inference());
+
+        let mut stack = ScopeStack::new();
+        stack.enter(NoGrad).unwrap();
+        assert!(stack.pop());
+        assert!(is_grad_enabled() && stack.is_empty());
+        assert!(!stack.pop());
+    }
+
+    #[test]
+    fn callbacks_hear_the_outcome_given_to_close() {
+        let (done, seen) = (Cell::new(false), Cell::new(None));
+        let mut stack = ScopeStack::new();
+        stack.enter(NoGrad).unwrap();
+        stack.callback(|| done.set(true));
+        stack.push_exit(|o| seen.set(Some(o)));
+        stack.close(Outcome::of(&Err::<u8, _>("bad batch")));
+        assert!(done.get() && is_grad_enabled());
+        assert_eq!(seen.get(), Some(Outcome::Failed));
+    }
+
+    #[test]
+    fn pop_all_hands_the_scopes_on() {
+        fn setup() -> Result<ScopeStack<'static>, ScopeError> {
+            let mut stack = ScopeStack::new();
+            stack.enter(NoGrad)?;
+            Ok(stack.pop_all())
+        }
+        let kept = setup().unwrap();
+        assert!(!is_grad_enabled() && kept.len() == 1);
+        drop(kept);
+        assert!(is_grad_enabled());
     }
 }

@@ -37,7 +37,7 @@ unsafe extern "C" {
 /// Every constructor and method returns a [`ScopeError`] where there is no
 /// such CUDA device (or no CUDA at all).
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::cuda::Stream;
 /// if tch_scope::cuda_device_count() == 0 {
 ///     let e = Stream::from_pool(0, false).unwrap_err();
@@ -193,5 +193,20 @@ impl Drop for StreamGuard {
         if let Err(e) = ffi::check(status) {
             crate::exit::report("stream", format_args!("could not restore the stream: {e}"));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stream;
+
+    #[test]
+    fn a_stream_without_cuda_is_an_error_naming_the_device() {
+        if crate::cuda_device_count() > 0 {
+            return; // tests/gpu.rs covers streams on a device
+        }
+        let e = Stream::from_pool(0, false).unwrap_err();
+        assert_eq!(e.device(), Some(tch::Device::Cuda(0)));
+        assert!(e.reason().contains("CUDA is not available"), "{e}");
     }
 }

@@ -4,7 +4,7 @@
 /// that died, a timeout, mismatched tensors). Never a hang: every
 /// collective is bounded by the scope's timeout.
 ///
-/// ```
+/// ```no_run
 /// let e = tch_scope::dist::DistError::new("all_reduce", 1, "Connection reset by peer");
 /// assert_eq!(e.to_string(), "distributed all_reduce failed on rank 1: Connection reset by peer");
 /// ```
@@ -19,7 +19,7 @@ pub struct DistError {
 impl DistError {
     /// A new error for collective `op` on `rank`.
     ///
-    /// ```
+    /// ```no_run
     /// let e = tch_scope::dist::DistError::new("barrier", 0, "timed out");
     /// assert_eq!(e.op(), "barrier");
     /// ```
@@ -44,7 +44,7 @@ impl DistError {
 
     /// The collective: `"all_reduce"`, `"broadcast"`, `"all_gather"`, `"barrier"`.
     ///
-    /// ```
+    /// ```no_run
     /// assert_eq!(tch_scope::dist::DistError::new("broadcast", 0, "x").op(), "broadcast");
     /// ```
     pub fn op(&self) -> &str {
@@ -53,7 +53,7 @@ impl DistError {
 
     /// The rank that saw the failure (`None` when there was no group).
     ///
-    /// ```
+    /// ```no_run
     /// assert_eq!(tch_scope::dist::DistError::new("broadcast", 3, "x").rank(), Some(3));
     /// ```
     pub fn rank(&self) -> Option<usize> {
@@ -62,7 +62,7 @@ impl DistError {
 
     /// Why it failed, as libtorch / gloo put it.
     ///
-    /// ```
+    /// ```no_run
     /// assert_eq!(tch_scope::dist::DistError::new("barrier", 0, "why").reason(), "why");
     /// ```
     pub fn reason(&self) -> &str {
@@ -79,5 +79,30 @@ impl std::fmt::Display for OnRank {
             Some(r) => write!(f, " on rank {r}"),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DistError;
+
+    #[test]
+    fn message_and_parts() {
+        let e = DistError::new("all_reduce", 1, "Connection reset by peer");
+        assert_eq!(
+            e.to_string(),
+            "distributed all_reduce failed on rank 1: Connection reset by peer"
+        );
+        assert_eq!(
+            (e.op(), e.rank(), e.reason()),
+            ("all_reduce", Some(1), "Connection reset by peer")
+        );
+        let e = DistError::no_group("barrier");
+        assert_eq!(e.rank(), None);
+        assert!(
+            e.to_string()
+                .starts_with("distributed barrier failed: no `distributed` scope is active"),
+            "{e}"
+        );
     }
 }

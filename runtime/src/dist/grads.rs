@@ -23,7 +23,7 @@ impl Group {
     /// # Errors
     /// A [`DistError`] if a collective fails.
     ///
-    /// ```
+    /// ```no_run
     /// use tch::{Device, Kind, Tensor, nn};
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     /// # if !tch_scope::dist::Backend::Gloo.is_available() { return; } // built without gloo
@@ -47,7 +47,7 @@ impl Group {
     /// # Errors
     /// A [`DistError`] if a collective fails.
     ///
-    /// ```
+    /// ```no_run
     /// use tch::{Device, Kind, nn};
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     /// # if !tch_scope::dist::Backend::Gloo.is_available() { return; } // built without gloo
@@ -125,7 +125,33 @@ fn buckets(grads: &[Tensor], cap: usize) -> Vec<&[Tensor]> {
 
 #[cfg(test)]
 mod tests {
-    use tch::{Device, Kind, Tensor};
+    use tch::{Device, Kind, Tensor, nn::VarStore};
+
+    use crate::Scope;
+    use crate::dist::{Backend, Distributed, current, tests::master};
+
+    /// In a world of one, the average is the gradient itself, whatever
+    /// the buckets.
+    #[test]
+    fn a_world_of_one_keeps_its_gradients() {
+        if !Backend::Gloo.is_available() {
+            return; // built without gloo
+        }
+        let vs = VarStore::new(Device::Cpu);
+        let w = vs.root().ones("w", &[3]);
+        let (a, b) = (vs.root().ones("a", &[2]), vs.root().ones("b", &[2]));
+        (&w * 2.0 + (&a + &b).sum(Kind::Float))
+            .sum(Kind::Float)
+            .backward();
+        let _group = Distributed::gloo(0, 1, master()).enter().unwrap();
+        let g = current().unwrap();
+        let grads = || [&w, &a, &b].map(|v| Vec::<f32>::try_from(&v.grad()).unwrap());
+        let want = [vec![2.0; 3], vec![3.0; 2], vec![3.0; 2]];
+        g.average_gradients(&vs).unwrap();
+        assert_eq!(grads(), want);
+        g.average_gradients_bucketed(&vs, 8).unwrap();
+        assert_eq!(grads(), want);
+    }
 
     #[test]
     fn buckets_split_by_size_and_kind() {

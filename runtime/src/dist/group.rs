@@ -141,7 +141,7 @@ impl Group {
 
     /// This process's rank, `0..world_size`.
     ///
-    /// ```
+    /// ```no_run
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     /// # if !tch_scope::dist::Backend::Gloo.is_available() { return; } // built without gloo
     /// # let master = format!("127.0.0.1:{port}");
@@ -155,7 +155,7 @@ impl Group {
 
     /// The number of processes in the group.
     ///
-    /// ```
+    /// ```no_run
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     /// # if !tch_scope::dist::Backend::Gloo.is_available() { return; } // built without gloo
     /// # let master = format!("127.0.0.1:{port}");
@@ -171,7 +171,7 @@ impl Group {
     /// `distributed(from_env)` (which picks the GPU, by convention), else
     /// the rank.
     ///
-    /// ```
+    /// ```no_run
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     /// # if !tch_scope::dist::Backend::Gloo.is_available() { return; } // built without gloo
     /// # let master = format!("127.0.0.1:{port}");
@@ -185,7 +185,7 @@ impl Group {
 
     /// Whether the group's scope is still active (the group still exists).
     ///
-    /// ```
+    /// ```no_run
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     /// # if !tch_scope::dist::Backend::Gloo.is_available() { return; } // built without gloo
     /// # let master = format!("127.0.0.1:{port}");
@@ -222,7 +222,7 @@ impl Group {
     /// A [`DistError`] if a peer died, the timeout passed, the tensors don't
     /// match across ranks, or (for `Mean`) the tensor isn't floating-point.
     ///
-    /// ```
+    /// ```no_run
     /// # use tch::Tensor;
     /// # use tch_scope::dist::ReduceOp;
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -276,7 +276,7 @@ impl Group {
     /// A [`DistError`] if `root` is not a rank, a peer died, the timeout
     /// passed, or the tensors don't match across ranks.
     ///
-    /// ```
+    /// ```no_run
     /// # use tch::Tensor;
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     /// # if !tch_scope::dist::Backend::Gloo.is_available() { return; } // built without gloo
@@ -319,7 +319,7 @@ impl Group {
     /// A [`DistError`] if a peer died, the timeout passed, or the tensors
     /// don't match across ranks.
     ///
-    /// ```
+    /// ```no_run
     /// # use tch::Tensor;
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     /// # if !tch_scope::dist::Backend::Gloo.is_available() { return; } // built without gloo
@@ -355,7 +355,7 @@ impl Group {
     /// # Errors
     /// A [`DistError`] if a peer died or the timeout passed.
     ///
-    /// ```
+    /// ```no_run
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     /// # if !tch_scope::dist::Backend::Gloo.is_available() { return; } // built without gloo
     /// # let master = format!("127.0.0.1:{port}");
@@ -368,5 +368,40 @@ impl Group {
         let inner = self.raw(OP)?;
         // SAFETY: `inner` keeps the group alive.
         check(unsafe { ffi::tch_scope_dist_barrier(inner.raw) }).map_err(self.fail(OP))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::Tensor;
+
+    use super::ReduceOp;
+    use crate::Scope;
+    use crate::dist::{Backend, Distributed, current, tests::master};
+
+    /// Every collective in a world of one (tests/distributed.rs runs them
+    /// across processes).
+    #[test]
+    fn a_world_of_one() {
+        if !Backend::Gloo.is_available() {
+            return; // built without gloo
+        }
+        let guard = Distributed::gloo(0, 1, master()).enter().unwrap();
+        let g = current().unwrap();
+        assert_eq!((g.rank(), g.world_size(), g.local_rank()), (0, 1, 0));
+        assert!(g.is_open());
+        let mut t = Tensor::from_slice(&[4.0f64]);
+        g.all_reduce(&mut t, ReduceOp::Mean).unwrap();
+        assert_eq!(t.double_value(&[0]), 4.0);
+        let mut t = Tensor::from_slice(&[7i64]);
+        g.broadcast(&mut t, 0).unwrap();
+        assert_eq!(t.int64_value(&[0]), 7);
+        let all = g.all_gather(&Tensor::from_slice(&[3i32])).unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].int64_value(&[0]), 3);
+        g.barrier().unwrap();
+        drop(guard);
+        assert!(!g.is_open());
+        assert!(current().is_err());
     }
 }

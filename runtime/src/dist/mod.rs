@@ -66,7 +66,7 @@ use tch::{Tensor, nn::VarStore};
 /// A [`DistError`] when no `distributed` scope is active here. (Threads
 /// spawned inside a scope start without one; pass them the [`Group`].)
 ///
-/// ```
+/// ```no_run
 /// assert!(tch_scope::dist::current().is_err());
 /// ```
 pub fn current() -> Result<Group, DistError> {
@@ -88,7 +88,7 @@ fn with_current<T>(
 /// # Errors
 /// See [`Group::all_reduce`]; also when no scope is active.
 ///
-/// ```
+/// ```no_run
 /// let mut t = tch::Tensor::from_slice(&[1.0f32]);
 /// assert!(tch_scope::dist::all_reduce(&mut t, tch_scope::dist::ReduceOp::Sum).is_err());
 /// ```
@@ -101,7 +101,7 @@ pub fn all_reduce(tensor: &mut Tensor, op: ReduceOp) -> Result<(), DistError> {
 /// # Errors
 /// See [`Group::broadcast`]; also when no scope is active.
 ///
-/// ```
+/// ```no_run
 /// let mut t = tch::Tensor::from_slice(&[1.0f32]);
 /// assert!(tch_scope::dist::broadcast(&mut t, 0).is_err());
 /// ```
@@ -114,7 +114,7 @@ pub fn broadcast(tensor: &mut Tensor, root: usize) -> Result<(), DistError> {
 /// # Errors
 /// See [`Group::all_gather`]; also when no scope is active.
 ///
-/// ```
+/// ```no_run
 /// assert!(tch_scope::dist::all_gather(&tch::Tensor::from_slice(&[1i64])).is_err());
 /// ```
 pub fn all_gather(tensor: &Tensor) -> Result<Vec<Tensor>, DistError> {
@@ -126,7 +126,7 @@ pub fn all_gather(tensor: &Tensor) -> Result<Vec<Tensor>, DistError> {
 /// # Errors
 /// See [`Group::barrier`]; also when no scope is active.
 ///
-/// ```
+/// ```no_run
 /// assert!(tch_scope::dist::barrier().is_err());
 /// ```
 pub fn barrier() -> Result<(), DistError> {
@@ -138,10 +138,44 @@ pub fn barrier() -> Result<(), DistError> {
 /// # Errors
 /// See [`Group::average_gradients`]; also when no scope is active.
 ///
-/// ```
+/// ```no_run
 /// let vs = tch::nn::VarStore::new(tch::Device::Cpu);
 /// assert!(tch_scope::dist::average_gradients(&vs).is_err());
 /// ```
 pub fn average_gradients(vs: &VarStore) -> Result<(), DistError> {
     with_current("all_reduce", |g| g.average_gradients(vs))
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::{Device, Tensor, nn::VarStore};
+
+    use super::ReduceOp;
+
+    /// `"127.0.0.1:PORT"` of a free port, for rank 0 of a world of one.
+    pub(super) fn master() -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    }
+
+    /// Outside a `distributed` scope every free function is an error
+    /// naming its collective, and nothing is sent.
+    #[test]
+    fn without_a_scope_every_collective_is_an_error() {
+        fn op<T>(r: Result<T, super::DistError>) -> String {
+            r.err().expect("an error without a scope").op().to_owned()
+        }
+        let mut t = Tensor::from_slice(&[1.0f32]);
+        assert_eq!(op(super::current()), "current");
+        assert_eq!(op(super::all_reduce(&mut t, ReduceOp::Sum)), "all_reduce");
+        assert_eq!(op(super::broadcast(&mut t, 0)), "broadcast");
+        assert_eq!(
+            op(super::all_gather(&Tensor::from_slice(&[1i64]))),
+            "all_gather"
+        );
+        assert_eq!(op(super::barrier()), "barrier");
+        let vs = VarStore::new(Device::Cpu);
+        assert_eq!(op(super::average_gradients(&vs)), "all_reduce");
+        assert_eq!(Vec::<f32>::try_from(&t).unwrap(), [1.0]);
+    }
 }

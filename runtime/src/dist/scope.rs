@@ -33,7 +33,7 @@ pub enum Backend {
 impl Backend {
     /// The name PyTorch uses: `"gloo"`, `"nccl"`.
     ///
-    /// ```
+    /// ```no_run
     /// assert_eq!(tch_scope::dist::Backend::Gloo.name(), "gloo");
     /// ```
     pub fn name(self) -> &'static str {
@@ -45,7 +45,7 @@ impl Backend {
 
     /// Whether this build can create groups with this backend.
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::dist::Backend;
     /// if !tch_scope::built_with_cuda() {
     ///     assert!(!Backend::Nccl.is_available());
@@ -115,7 +115,7 @@ impl Distributed {
     /// the rendezvous store on `master` (`"host:port"`), the others connect
     /// to it.
     ///
-    /// ```
+    /// ```no_run
     /// let d = tch_scope::dist::Distributed::gloo(1, 4, "127.0.0.1:29500");
     /// # let _ = d;
     /// ```
@@ -125,7 +125,7 @@ impl Distributed {
 
     /// A group with the given backend; see [`gloo`](Self::gloo).
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::dist::{Backend, Distributed};
     /// let d = Distributed::new(Backend::Gloo, 0, 2, "127.0.0.1:29500");
     /// # let _ = d;
@@ -154,7 +154,7 @@ impl Distributed {
     /// agent store (`TORCHELASTIC_USE_AGENT_STORE=True`) every rank is a
     /// store client, as in PyTorch.
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::Scope;
     /// // Outside torchrun the variables are missing: a clear ScopeError.
     /// # if std::env::var_os("RANK").is_none() {
@@ -173,7 +173,7 @@ impl Distributed {
 
     /// Uses `backend` instead of Gloo.
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::dist::{Backend, Distributed};
     /// let d = Distributed::from_env().backend(Backend::Gloo);
     /// # let _ = d;
@@ -186,7 +186,7 @@ impl Distributed {
     /// Bounds joining and every collective by `timeout` (default
     /// [`DEFAULT_TIMEOUT`]).
     ///
-    /// ```
+    /// ```no_run
     /// let d = tch_scope::dist::Distributed::from_env().timeout(std::time::Duration::from_secs(5));
     /// # let _ = d;
     /// ```
@@ -407,7 +407,28 @@ pub(crate) fn split_master(master: &str) -> Result<(String, u16), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::split_master;
+    use super::{Backend, Distributed, split_master};
+    use crate::Scope;
+
+    #[test]
+    fn backends() {
+        assert_eq!(
+            (Backend::Gloo.name(), Backend::Nccl.name()),
+            ("gloo", "nccl")
+        );
+        if !crate::built_with_cuda() {
+            assert!(!Backend::Nccl.is_available());
+        }
+    }
+
+    #[test]
+    fn from_env_outside_torchrun_names_the_missing_variable() {
+        if std::env::var_os("RANK").is_some() {
+            return; // under torchrun
+        }
+        let e = Distributed::from_env().enter().unwrap_err();
+        assert!(e.reason().contains("RANK"), "{e}");
+    }
 
     #[test]
     fn masters() {

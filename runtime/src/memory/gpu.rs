@@ -42,7 +42,7 @@ impl Counter for Allocator {
 
 /// The `gpu_memory_scope` scope.
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::{GpuMemory, Scope};
 /// let scope = GpuMemory::new("doc_gpu", 0).empty_cache(false);
 /// if tch_scope::cuda_device_count() == 0 {

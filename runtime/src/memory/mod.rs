@@ -59,7 +59,7 @@ thread_local! {
 
 /// The report of the memory scope most recently left on this thread.
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::{last_memory_report, scoped};
 /// let t = scoped!(memory_scope("doc_last") => {
 ///     tch::Tensor::ones([16 << 20], (tch::Kind::Float, tch::Device::Cpu)) // 64 MiB

@@ -119,10 +119,6 @@ pub struct TensorMemory {
 
 impl TensorMemory {
     /// Measures under `name`.
-    ///
-    /// ```
-    /// let _ = tch_scope::TensorMemory::new("forward");
-    /// ```
     pub fn new(name: &'static str) -> Self {
         Self { name }
     }

@@ -128,7 +128,7 @@ impl Autocast {
     /// `enabled=False` turns autocast *off* for the scope, e.g. to compute a
     /// loss in f32 inside an autocast region.
     ///
-    /// ```
+    /// ```no_run
     /// use tch::{Device, Kind, Tensor};
     /// use tch_scope::{Autocast, scoped};
     /// let a = Tensor::ones([2, 2], (Kind::Float, Device::Cpu));
@@ -146,7 +146,7 @@ impl Autocast {
     /// unset, the thread's current setting is kept (on by default), as in
     /// PyTorch.
     ///
-    /// ```
+    /// ```no_run
     /// use tch::{Device, Kind, Tensor};
     /// use tch_scope::scoped;
     /// let w = Tensor::ones([2, 2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
@@ -240,7 +240,7 @@ impl Drop for AutocastGuard {
 /// is off there (`torch.is_autocast_enabled(device)` and
 /// `torch.get_autocast_dtype(device)`).
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::{AutocastDevice, autocast_dtype, scoped};
 /// assert_eq!(autocast_dtype(AutocastDevice::Cpu), None);
 /// let inside = scoped!(autocast(cpu, bf16) => autocast_dtype(AutocastDevice::Cpu));
@@ -259,7 +259,7 @@ pub fn autocast_dtype(device: AutocastDevice) -> Option<Kind> {
 /// Whether autocast caches its casts on this thread
 /// (`torch.is_autocast_cache_enabled()`).
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::{autocast_cache_enabled, scoped};
 /// assert!(autocast_cache_enabled());
 /// assert!(!scoped!(autocast(cpu, cache = false) => autocast_cache_enabled()));

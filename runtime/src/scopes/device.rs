@@ -19,7 +19,7 @@ thread_local! {
 /// The device of the innermost `device(…)` scope on this thread; `cpu`
 /// outside any.
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::{current_device, scoped};
 /// assert_eq!(current_device(), tch::Device::Cpu);
 /// let inside = scoped!(device(cpu) => current_device());
@@ -32,7 +32,7 @@ pub fn current_device() -> Device {
 /// Something that names a device: a [`tch::Device`], an integer `n`
 /// (meaning `cuda:n`), or a string `"cpu"`, `"cuda:1"`, `"mps"`.
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::IntoScopeDevice;
 /// assert_eq!("cuda:1".into_scope_device(), Ok(tch::Device::Cuda(1)));
 /// assert_eq!(2usize.into_scope_device(), Ok(tch::Device::Cuda(2)));
@@ -210,5 +210,28 @@ impl Drop for DeviceGuard {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{IntoScopeDevice, OnDevice, current_device};
+    use crate::Scope;
+    use tch::Device;
+
+    #[test]
+    fn what_names_a_device() {
+        assert_eq!("cuda:1".into_scope_device(), Ok(Device::Cuda(1)));
+        assert_eq!(2usize.into_scope_device(), Ok(Device::Cuda(2)));
+        assert!("gpu".into_scope_device().is_err());
+    }
+
+    #[test]
+    fn the_current_device_is_cpu_outside_any_scope() {
+        assert_eq!(current_device(), Device::Cpu);
+        let g = OnDevice::new(Device::Cpu).enter().unwrap();
+        assert_eq!(current_device(), Device::Cpu);
+        drop(g);
+        assert_eq!(current_device(), Device::Cpu);
     }
 }

@@ -59,7 +59,7 @@ pub struct NoGrad;
 
 /// `torch.enable_grad()`: grad mode on for the scope.
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::{EnableGrad, NoGrad, Scope, is_grad_enabled};
 /// let _outer = NoGrad.enter().unwrap();
 /// let inner = EnableGrad.enter().unwrap();
@@ -72,7 +72,7 @@ pub struct EnableGrad;
 
 /// `torch.set_grad_enabled(flag)`: grad mode set to `flag` for the scope.
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::{Grad, Scope, is_grad_enabled};
 /// let training = false;
 /// let _g = Grad(training).enter().unwrap();
@@ -165,7 +165,7 @@ pub struct InferenceMode;
 /// grad mode on (c10 sets grad mode to `!mode`), so tensors made there are
 /// normal tensors that autograd can record.
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::{InferenceMode, Scope, SetInferenceMode, is_grad_enabled, is_inference_mode_enabled};
 /// let _outer = InferenceMode.enter().unwrap();
 /// let inner = SetInferenceMode(false).enter().unwrap();
@@ -230,7 +230,7 @@ impl Drop for InferenceModeGuard {
 
 /// Whether grad mode is on in this thread (`torch.is_grad_enabled()`).
 ///
-/// ```
+/// ```no_run
 /// assert!(tch_scope::is_grad_enabled());
 /// ```
 pub fn is_grad_enabled() -> bool {
@@ -241,10 +241,49 @@ pub fn is_grad_enabled() -> bool {
 /// Whether inference mode is on in this thread
 /// (`torch.is_inference_mode_enabled()`).
 ///
-/// ```
+/// ```no_run
 /// assert!(!tch_scope::is_inference_mode_enabled());
 /// ```
 pub fn is_inference_mode_enabled() -> bool {
     // SAFETY: this thread's AutogradState.
     unsafe { tch_scope_inference_get(thread_state::get().autograd) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{EnableGrad, Grad, InferenceMode, NoGrad, SetInferenceMode};
+    use crate::{Scope, is_grad_enabled, is_inference_mode_enabled};
+
+    #[test]
+    fn a_fresh_thread_has_grad_on_and_inference_mode_off() {
+        let fresh = std::thread::spawn(|| (is_grad_enabled(), is_inference_mode_enabled()));
+        assert_eq!(fresh.join().unwrap(), (true, false));
+    }
+
+    #[test]
+    fn enable_grad_and_grad_flag_nest_inside_no_grad() {
+        let outer = NoGrad.enter().unwrap();
+        let inner = EnableGrad.enter().unwrap();
+        assert!(is_grad_enabled());
+        drop(inner);
+        assert!(!is_grad_enabled());
+        for flag in [false, true] {
+            let g = Grad(flag).enter().unwrap();
+            assert_eq!(is_grad_enabled(), flag);
+            drop(g);
+        }
+        drop(outer);
+        assert!(is_grad_enabled());
+    }
+
+    #[test]
+    fn set_inference_mode_false_inside_inference_mode_turns_grad_on() {
+        let outer = InferenceMode.enter().unwrap();
+        let inner = SetInferenceMode(false).enter().unwrap();
+        assert!(!is_inference_mode_enabled() && is_grad_enabled());
+        drop(inner);
+        assert!(is_inference_mode_enabled() && !is_grad_enabled());
+        drop(outer);
+        assert!(!is_inference_mode_enabled() && is_grad_enabled());
+    }
 }

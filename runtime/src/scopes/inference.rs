@@ -156,7 +156,7 @@ impl<M: Servable> Inference<M> {
     /// Runs `f` on the model under `inference_mode` (on this thread only:
     /// no shared state is written).
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::{Inference, WithMode};
     /// let served = Inference::new(WithMode::new(tch::nn::func(|x| x.relu()))).unwrap();
     /// assert!(served.run(|_| tch_scope::is_inference_mode_enabled()));
@@ -169,7 +169,7 @@ impl<M: Servable> Inference<M> {
     /// The model, still in eval mode, for reading (calling it outside
     /// `run` skips `inference_mode`).
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::{Inference, Mode, Scope, WithMode};
     /// let served = Inference::new(WithMode::new(tch::nn::func(|x| x.relu()))).unwrap();
     /// assert!(!served.get_ref().is_training());
@@ -187,7 +187,7 @@ impl<M: Servable> Inference<M> {
     /// ([`set_exit_hook`](crate::set_exit_hook)), and the model comes back
     /// in eval mode.
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::{Inference, Trainable, WithMode};
     /// let m = WithMode::new(tch::nn::func(|x| x.relu()));
     /// let m = Inference::new(m).unwrap().into_inner();

@@ -70,7 +70,7 @@ impl Profile {
     /// profile records them whatever this says, as that scope counts them
     /// through the profile while it runs.
     ///
-    /// ```
+    /// ```no_run
     /// use tch::{Device, Kind, Tensor};
     /// use tch_scope::{Profile, Scope};
     /// let path = std::env::temp_dir().join(format!("doc-mem-{}.json", std::process::id()));
@@ -158,7 +158,7 @@ impl Drop for ProfileGuard {
 
 /// A named range (`torch.profiler.record_function(name)`).
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::{Record, Scope};
 /// let range = Record::new("data loading").enter().unwrap();
 /// drop(range);

@@ -221,7 +221,7 @@ impl ForkRng {
     /// devices' (none for an empty list). A device that is not there is a
     /// [`ScopeError`] on entry.
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::{ForkRng, Scope};
     /// assert!(ForkRng::devices([]).enter().is_ok()); // the CPU generator only
     /// if tch_scope::cuda_device_count() == 0 {
@@ -238,7 +238,7 @@ impl Seed {
     /// `seed(n, devices = [..])`: forks and seeds the CPU generator and only
     /// the listed CUDA devices' (see [`ForkRng::devices`]).
     ///
-    /// ```
+    /// ```no_run
     /// use tch::{Kind, Tensor};
     /// use tch_scope::{Scope, Seed};
     /// let draw = || Tensor::rand([2], (Kind::Float, tch::Device::Cpu));

@@ -43,7 +43,7 @@ pub struct WithMode<M> {
 impl<M> WithMode<M> {
     /// Wraps `module`, in training mode.
     ///
-    /// ```
+    /// ```no_run
     /// let m = tch_scope::WithMode::new(tch::nn::func(|x| x.relu()));
     /// assert!(m.is_training());
     /// ```
@@ -56,7 +56,7 @@ impl<M> WithMode<M> {
 
     /// Whether the wrapper is in training mode (PyTorch's `model.training`).
     ///
-    /// ```
+    /// ```no_run
     /// use tch_scope::{Trainable, WithMode};
     /// let m = WithMode::new(tch::nn::func(|x| x.relu()));
     /// m.set_training(false).unwrap();
@@ -68,7 +68,7 @@ impl<M> WithMode<M> {
 
     /// The wrapped module.
     ///
-    /// ```
+    /// ```no_run
     /// let m = tch_scope::WithMode::new(5);
     /// assert_eq!(m.into_inner(), 5);
     /// ```
@@ -80,7 +80,7 @@ impl<M> WithMode<M> {
 impl<M: ModuleT> WithMode<M> {
     /// `forward_t` of the wrapped module with the stored mode.
     ///
-    /// ```
+    /// ```no_run
     /// use tch::{Device, Kind, Tensor};
     /// let m = tch_scope::WithMode::new(tch::nn::func_t(|x, train| x.dropout(0.5, train)));
     /// let x = Tensor::ones([4], (Kind::Float, Device::Cpu));
@@ -107,7 +107,7 @@ impl<M> Deref for WithMode<M> {
 
 /// One flag, saved and put back as is.
 ///
-/// ```
+/// ```no_run
 /// use tch_scope::{Trainable, WithMode};
 /// let m = WithMode::new(tch::nn::func(|x| x.relu()));
 /// let saved = m.modes().unwrap();
@@ -134,5 +134,23 @@ impl<M> Trainable for WithMode<M> {
     /// Refused while an [`Inference`](crate::Inference) serves the model.
     fn restore_modes(&self, modes: bool) -> Result<(), TchError> {
         self.set_training(modes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WithMode;
+    use crate::Trainable;
+
+    #[test]
+    fn a_new_wrapper_trains_and_its_flag_is_saved_and_put_back() {
+        let m = WithMode::new(tch::nn::func(|x| x.relu()));
+        assert!(m.is_training());
+        let saved = m.modes().unwrap();
+        m.set_training(false).unwrap();
+        assert!(!m.is_training());
+        m.restore_modes(saved).unwrap();
+        assert!(m.is_training());
+        assert_eq!(WithMode::new(5).into_inner(), 5);
     }
 }

