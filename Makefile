@@ -6,7 +6,7 @@
 CARGO ?= cargo
 BOOTSTRAP := scripts/bootstrap-libtorch.sh
 
-.PHONY: all libtorch demo load test test-downstream test-downstream-pytorch test-oldest gpu-bundle gpu-bundle-smoke lint fmt bench soak clean-libtorch fuzz-long stress asan
+.PHONY: all libtorch demo load test test-downstream test-downstream-pytorch test-oldest gpu-bundle gpu-bundle-smoke lint fmt bench bench-against soak clean-libtorch fuzz-long stress asan
 
 all: test
 
@@ -136,6 +136,11 @@ fmt:
 # into docs/benchmarks.md and target/bench/results.md (scripts/bench/run.sh).
 bench: libtorch
 	CARGO="$(CARGO)" bash scripts/bench/run.sh
+
+# The scope benches of commit REV and of this tree, round after round in one
+# run: `make bench-against REV=e542824` (the floors before leases).
+bench-against: libtorch
+	CARGO="$(CARGO)" bash scripts/bench/against.sh
 
 # Long uptimes, not part of `make test`: 8 threads x 10M timed
 # runs over 100 names (resident memory must grow < 1 MiB), then 100 000

@@ -18,6 +18,15 @@
 //! Ids (scripts/bench/collect.py reads them by these names):
 //! `peers/tch_scope_traced`, `peers/tch_scope_off`, `peers/fastrace`,
 //! `peers/puffin_on`, `peers/puffin_off`, `peers/tracing_chrome`.
+//!
+//! The group `metrics` measures that feature's cost per `timed` run, the
+//! same bench built twice: without the feature (`metrics/timed_without`,
+//! beside the peers) and with it, a Prometheus recorder installed
+//! (`cargo bench -p examples --features peers --bench peers -- metrics/`:
+//! `metrics/timed_no_recorder` before any recorder is installed,
+//! `metrics/timed_prometheus`, and `metrics/prometheus_record`, the
+//! recorder's own floor, one value into a histogram handle it made). Built
+//! with the feature, the bench runs only that group.
 
 use std::hint::black_box;
 use std::io::{self, Write};
@@ -26,12 +35,6 @@ use std::time::{Duration, Instant};
 
 use criterion::{Bencher, Criterion, criterion_group, criterion_main};
 use tch_scope::scoped;
-
-#[cfg(feature = "metrics")]
-compile_error!(
-    "benches/peers.rs measures tch-scope without its `metrics` feature: \
-     cargo bench -p examples --no-default-features --features peers --bench peers"
-);
 
 /// Spans per root: fastrace's README figure is 1000 spans under one root.
 const CHUNK: u64 = 1000;
@@ -65,6 +68,11 @@ fn chunked<R, T>(
 }
 
 fn peers(c: &mut Criterion) {
+    // With the `metrics` feature only its cost (the group `metrics`): the
+    // peers are measured without it.
+    if cfg!(feature = "metrics") {
+        return;
+    }
     let mut g = c.benchmark_group("peers");
     // The timeline recording every span into a bounded ring (it wraps, so
     // the cost is steady), as in runtime/benches/scopes.rs.
@@ -225,5 +233,51 @@ fn tracing_chrome_(g: &mut Group<'_>) {
     drop(guard);
 }
 
-criterion_group!(benches, peers);
+/// One `timed` run, untraced, with or without the `metrics` feature (see
+/// the module docs); with it, into a Prometheus recorder's histogram. Timed
+/// `CHUNK` at a time like the peers: the recorder keeps every value until
+/// its upkeep drains them into the histogram, run between chunks, untimed.
+fn metrics(c: &mut Criterion) {
+    let mut g = c.benchmark_group("metrics");
+    #[cfg(not(feature = "metrics"))]
+    g.bench_function("timed_without", |b| {
+        chunked(b, || (), || scoped!(timed => black_box(1)), || ());
+    });
+    #[cfg(feature = "metrics")]
+    {
+        use metrics_exporter_prometheus::PrometheusBuilder;
+        // Before any recorder: the facade's no-op one.
+        g.bench_function("timed_no_recorder", |b| {
+            chunked(b, || (), || scoped!(timed => black_box(1)), || ());
+        });
+        let handle = PrometheusBuilder::new()
+            .install_recorder()
+            .expect("the only recorder of this process");
+        g.bench_function("timed_prometheus", |b| {
+            chunked(
+                b,
+                || (),
+                || scoped!(timed => black_box(1)),
+                || handle.run_upkeep(),
+            );
+        });
+        let h = metrics::histogram!("peers_bench_seconds", "name" => "floor");
+        g.bench_function("prometheus_record", |b| {
+            chunked(
+                b,
+                || (),
+                || h.record(black_box(3.1e-8)),
+                || handle.run_upkeep(),
+            );
+        });
+        // The runs did reach the recorder.
+        assert!(
+            handle.render().contains("tch_scope_timed_seconds"),
+            "no timed runs in the recorder"
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(benches, peers, metrics);
 criterion_main!(benches);

@@ -68,8 +68,8 @@ fn others(c: &mut Criterion) {
     g.bench_function("tch_scope", |b| {
         b.iter(|| scoped!(timed => black_box(1)));
     });
-    // Issue 18: with the timeline recording every span (the ring buffer
-    // wraps, so the cost is steady), and with measuring switched off.
+    // With the timeline recording every span (the ring buffer wraps, so
+    // the cost is steady), and with measuring switched off.
     g.bench_function("tch_scope_traced", |b| {
         tch_scope::trace::set_capacity(1 << 16).unwrap();
         tch_scope::trace::start();

@@ -116,6 +116,33 @@ tch_scope_status tch_scope_cudnn_set(const bool* set, const bool* value) {
   });
 }
 
+// Flag `which` alone: read into `*was`, then set to `value` (a first
+// scope's one call; reading all four would read allow_tf32, the dear one).
+// Faults are injected under the setter's name, which is what fails.
+tch_scope_status tch_scope_cudnn_swap(int32_t which, bool value, uint32_t* was) {
+  auto& ctx = at::globalContext();
+  switch (which) {
+    case 0: *was = ctx.userEnabledCuDNN(); break;
+    case 1: *was = ctx.benchmarkCuDNN(); break;
+    case 2: *was = ctx.deterministicCuDNN(); break;
+    default: {
+      bool all[4];
+      tch_scope_cudnn_get(all);
+      *was = all[3];
+    }
+  }
+  return tch_scope::guarded(
+      [&] {
+        switch (which) {
+          case 0: ctx.setUserEnabledCuDNN(value); break;
+          case 1: ctx.setBenchmarkCuDNN(value); break;
+          case 2: ctx.setDeterministicCuDNN(value); break;
+          default: ctx.setAllowTF32CuDNN(value);
+        }
+      },
+      "tch_scope_cudnn_set");
+}
+
 // Bits: 1 math, 2 flash, 4 mem_efficient, 8 cudnn, 16 overrideable.
 uint32_t tch_scope_sdpa_get() {
   auto& ctx = at::globalContext();

@@ -24,6 +24,8 @@ bool tch_scope_matmul_allow_tf32_get(void);
 // `set[i]` says whether flag `i` is written.
 void tch_scope_cudnn_get(bool* out);
 tch_scope_status tch_scope_cudnn_set(const bool* set, const bool* value);
+// Flag `which` (0..3) alone: its value into `*was` (0 or 1), then `value`.
+tch_scope_status tch_scope_cudnn_swap(int32_t which, bool value, uint32_t* was);
 
 // Scaled-dot-product-attention backends as bits: 1 math, 2 flash,
 // 4 mem_efficient, 8 cudnn, 16 overrideable.

@@ -59,8 +59,12 @@ void tch_scope_record_end(void* range);
 // ---- process-wide modes (global_modes.cpp) ------------------------------
 void tch_scope_anomaly_get(bool* enabled, bool* check_nan);
 void tch_scope_anomaly_set(bool enabled, bool check_nan);
+// Sets the mode; returns the one it found as bits (1 enabled, 2 check_nan).
+uint32_t tch_scope_anomaly_swap(bool enabled, bool check_nan);
 void tch_scope_deterministic_get(bool* enabled, bool* warn_only);
 tch_scope_status tch_scope_deterministic_set(bool enabled, bool warn_only);
+// Sets the flags; `*was` gets those found as bits (1 enabled, 2 warn_only).
+tch_scope_status tch_scope_deterministic_swap(bool enabled, bool warn_only, uint32_t* was);
 
 // ---- deadline (deadline.cpp), per thread ---------------------------------
 typedef struct {
@@ -85,7 +89,11 @@ tch_scope_status tch_scope_deadline_enter(int64_t budget_ns, int64_t* start_ns,
 // passed .. ago at op".
 tch_scope_status tch_scope_deadline_enter_until(int64_t from_now_ns, int64_t* at_ns, int64_t* start_ns,
                                                 tch_scope_deadline_saved* saved);
-void tch_scope_deadline_exit(const tch_scope_deadline_saved* saved);
+// Puts back what enter saved, passed field by field: in registers (read
+// through a pointer, the guard's words, which Rust had just moved in 16-byte
+// stores, stalled the wide load the copy compiled to).
+void tch_scope_deadline_exit(int64_t at, int64_t budget, int64_t start, bool instant,
+                             bool included);
 // How many operators have failed on a deadline on this thread; `*trip_at`
 // gets the deadline the last one passed.
 uint64_t tch_scope_deadline_trips(int64_t* trip_at);

@@ -167,10 +167,10 @@ tch_scope_status tch_scope_deadline_enter_until(int64_t from_now_ns, int64_t* at
   });
 }
 
-void tch_scope_deadline_exit(const tch_scope_deadline_saved* saved) {
-  state.open = {.at = saved->at, .budget = saved->budget, .start = saved->start,
-                .instant = saved->instant};
-  c10::impl::tls_set_dispatch_key_included(kKey, saved->included);
+void tch_scope_deadline_exit(int64_t at, int64_t budget, int64_t start, bool instant,
+                             bool included) {
+  state.open = {.at = at, .budget = budget, .start = start, .instant = instant};
+  c10::impl::tls_set_dispatch_key_included(kKey, included);
 }
 
 uint64_t tch_scope_deadline_trips(int64_t* trip_at) {

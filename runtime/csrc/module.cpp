@@ -77,9 +77,24 @@ const std::string& training_name() {
 // The class's Info, worked out again if attributes were added since.
 // Infos are never freed (a replaced one may still be read by a walk), so
 // Info pointers stay valid.
+Info& info_locked(const c10::ClassType* ct, const c10::TypePtr& t);
+
 Info& info(const c10::TypePtr& t) {
   const auto* ct = t->castRaw<c10::ClassType>();
   if (!ct) throw std::runtime_error("a submodule is not a class object");
+  // This thread's last answer, without the lock: an Info is never freed and
+  // keeps its class alive (so no other class takes its address), and one
+  // whose attribute count is still its class's is the current one.
+  thread_local const c10::ClassType* last_ct = nullptr;
+  thread_local Info* last = nullptr;
+  if (ct == last_ct && last->attrs == ct->numAttributes()) return *last;
+  Info& in = info_locked(ct, t);
+  last_ct = ct;
+  last = &in;
+  return in;
+}
+
+Info& info_locked(const c10::ClassType* ct, const c10::TypePtr& t) {
   std::lock_guard<std::recursive_mutex> lock(cache_lock());
   auto& m = infos();
   auto it = m.find(ct);
@@ -177,9 +192,9 @@ struct Saved {
   std::vector<Flag> flags;
 };
 
-std::unique_ptr<Saved> save(void* module, bool set, bool on) {
+std::unique_ptr<Saved> save(c10::intrusive_ptr<Object> root, bool set, bool on) {
   auto s = std::make_unique<Saved>();
-  s->root = static_cast<torch::jit::Module*>(module)->_ivalue();
+  s->root = std::move(root);
   s->root_info = &info(c10::TypePtr(s->root->type()));
   s->flags.reserve(s->root_info->modules_seen.load(std::memory_order_relaxed));
   try {
@@ -226,9 +241,10 @@ void restore(const Saved& s) {
   restore_moved(s.root.get(), s.root_info, was);
 }
 
-// The module object a `torch::jit::Module*` stands for: the lock's key.
-const void* root_of(void* module) {
-  return static_cast<torch::jit::Module*>(module)->_ivalue().get();
+// The module object a `torch::jit::Module*` stands for: the lock's key and
+// the walk's start (`_ivalue()` copies a counted pointer: taken once).
+c10::intrusive_ptr<Object> root_of(void* module) {
+  return static_cast<torch::jit::Module*>(module)->_ivalue();
 }
 
 }  // namespace
@@ -237,24 +253,27 @@ extern "C" {
 
 tch_scope_status tch_scope_module_save(void* module, void** saved) {
   return tch_scope::guarded([&] {
-    std::lock_guard<std::mutex> lock(model_lock(root_of(module)));
-    *saved = save(module, false, false).release();
+    auto root = root_of(module);
+    std::lock_guard<std::mutex> lock(model_lock(root.get()));
+    *saved = save(std::move(root), false, false).release();
   });
 }
 
 tch_scope_status tch_scope_module_enter(void* module, bool on, void** saved) {
   return tch_scope::guarded([&] {
-    std::lock_guard<std::mutex> lock(model_lock(root_of(module)));
-    *saved = save(module, true, on).release();
+    auto root = root_of(module);
+    std::lock_guard<std::mutex> lock(model_lock(root.get()));
+    *saved = save(std::move(root), true, on).release();
   });
 }
 
 tch_scope_status tch_scope_module_set_training(void* module, bool on) {
   return tch_scope::guarded([&] {
-    std::lock_guard<std::mutex> lock(model_lock(root_of(module)));
+    auto root = root_of(module);
+    std::lock_guard<std::mutex> lock(model_lock(root.get()));
     // Through the same walk as a scope's switch, so a failure partway is
     // undone (Module::train would leave the modules it reached switched).
-    save(module, true, on);
+    save(std::move(root), true, on);
   });
 }
 

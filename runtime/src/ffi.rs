@@ -26,14 +26,22 @@ unsafe extern "C" {
 static CUDA_LINK: unsafe extern "C" fn() -> i32 = tch_scope_built_with_cuda;
 
 /// Turns a shim status into `Err(message)`.
+#[inline]
 pub(crate) fn check(status: Status) -> Result<(), String> {
     if status.0 == 0 {
         return Ok(());
     }
+    Err(last_error())
+}
+
+/// The message of the failed call (out of line: the success path inlines).
+#[cold]
+#[inline(never)]
+fn last_error() -> String {
     // SAFETY: the shim returns a NUL-terminated thread-local string that
     // lives until the next failing call on this thread; we copy it at once.
     let msg = unsafe { CStr::from_ptr(tch_scope_last_error()) };
-    Err(msg.to_string_lossy().into_owned())
+    msg.to_string_lossy().into_owned()
 }
 
 /// Test-only fault injection: the next `times` calls on this thread of the

@@ -16,13 +16,20 @@
 //!   the next newest, or to the state found before the first.
 //!
 //! The state itself (what to apply, what to save) is the caller's: a
-//! `Leases` only records and decides.
+//! `Leases` only records and decides. A [`Lane`] beside it takes the common
+//! case (one thread, one value) without the lock; the lock's record adopts
+//! what the lane holds whenever anything else happens.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::sync::lock;
+
+mod lane;
+
+pub(crate) use lane::{Lane, SLOT_TICKET, Taken};
 
 // ---- who is a thread, for entries and messages ---------------------------------
 
@@ -57,6 +64,7 @@ impl Me {
 
 impl Drop for Me {
     fn drop(&mut self) {
+        ME_ID.set(0);
         let mut labels = lock(&LABELS);
         if let Some(i) = labels.iter().position(|(id, _)| *id == self.id) {
             labels.swap_remove(i);
@@ -66,11 +74,30 @@ impl Drop for Me {
 
 thread_local! {
     static ME: Me = Me::new();
+    /// `ME`'s id while it lives, else 0: what the hot path reads, a plain
+    /// cell (no destructor, so no check of the thread-local's state).
+    static ME_ID: Cell<u64> = const { Cell::new(0) };
 }
 
 /// This thread's id for entries (0 if the thread is ending).
+#[inline]
 pub(crate) fn me() -> u64 {
-    ME.try_with(|m| m.id).unwrap_or(0)
+    match ME_ID.get() {
+        0 => me_slow(),
+        id => id,
+    }
+}
+
+/// The thread's first call, or one while it is torn down.
+#[cold]
+#[inline(never)]
+fn me_slow() -> u64 {
+    let id = ME.try_with(|m| m.id).unwrap_or(0);
+    // Not while torn down: `ME` is gone (its drop set 0) or going.
+    if id != 0 && ME.try_with(|_| ()).is_ok() {
+        ME_ID.set(id);
+    }
+    id
 }
 
 /// "thread worker-2", or what is known of a thread that has ended.
@@ -188,6 +215,37 @@ impl<V, Saved> Leases<V, Saved> {
             Some(e) if same(&e.value, &gone.value) => Left::Nothing,
             Some(e) => Left::Value(&e.value),
             None => Left::Last,
+        }
+    }
+
+    /// Takes over a settled [`Lane`]'s slots: one holder (a lane's slots are
+    /// one thread's scopes, each nested in the one before), active on the
+    /// lane's thread, ticketed by slot. Called only while empty: a lane is
+    /// biased only then, and settled before anything else is recorded.
+    pub(crate) fn adopt(&mut self, t: Taken<V, Saved>)
+    where
+        V: Clone,
+    {
+        debug_assert!(
+            self.entries.is_empty(),
+            "a lane is biased only while its record is empty"
+        );
+        let holder = self.next;
+        self.next += 1;
+        if t.saved.is_some() {
+            self.saved = t.saved;
+        }
+        let mut slots = t.slots;
+        while slots != 0 {
+            let slot = u64::from(slots.trailing_zeros());
+            slots &= slots - 1;
+            self.entries.push(Lease {
+                ticket: SLOT_TICKET | slot,
+                holder,
+                value: t.value.clone(),
+                active_on: t.thread,
+                thread: t.thread,
+            });
         }
     }
 

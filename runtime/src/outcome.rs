@@ -91,6 +91,29 @@ impl Outcome {
     }
 }
 
+impl Outcome {
+    /// As one byte, for the lock-free records that store it in an atomic
+    /// (the report's shards, the trace's slots).
+    #[inline]
+    pub(crate) fn to_u8(self) -> u8 {
+        match self {
+            Outcome::Completed => 0,
+            Outcome::Panicked => 1,
+            Outcome::Failed => 2,
+        }
+    }
+
+    /// Back from [`to_u8`](Outcome::to_u8) (any other byte: `Completed`).
+    #[inline]
+    pub(crate) fn from_u8(v: u8) -> Outcome {
+        match v {
+            1 => Outcome::Panicked,
+            2 => Outcome::Failed,
+            _ => Outcome::Completed,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Outcome;

@@ -34,16 +34,27 @@
 //! an `.await` (not through the macros or `in_scopes`) stays active on the
 //! thread that entered it, so a task polled there meanwhile would count as
 //! nested in it.
+//!
+//! # Without the lock
+//! The common case — one thread entering and leaving scopes of one value,
+//! nested or in a loop — goes by the setting's [`Lane`] (`lease/lane.rs`):
+//! no lock and no read-modify-write, only the setting's own libtorch calls
+//! ([`Setting::swap`] on the first scope, [`Setting::restore`] after the
+//! last). Any other step takes the lock, which first moves the lane's open
+//! scopes into the record, so the rules above hold unchanged.
 
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::ScopeError;
-use crate::lease::{Leases, Left, me};
+use crate::lease::{Lane, Leases, Left, me};
 use crate::sync::lock;
 
 /// A process-wide setting with a registry.
 pub(crate) trait Setting: 'static {
+    /// The word, for a guard that names it by its setting ([`Fixed`]).
+    const WORD: &'static str = "process-wide";
+
     /// What one scope asks for.
     type Value: Clone + Send + 'static;
     /// The state before the first open scope, put back after the last.
@@ -68,6 +79,23 @@ pub(crate) trait Setting: 'static {
 
     /// Puts the state read by [`save`](Setting::save) back.
     fn restore(saved: &Self::Saved) -> Result<(), String>;
+
+    /// A code for the lock-free lane: equal codes only for values equal in
+    /// every respect (what [`same`](Setting::same), `describe` and `set`
+    /// see), since the lane keeps one value for all its scopes. `None`, the
+    /// default, keeps every scope of the value on the lock.
+    fn code(_v: &Self::Value) -> Option<u8> {
+        None
+    }
+
+    /// Reads the state and applies `v`, what the first scope does: one
+    /// libtorch call where the shim has one. The default is
+    /// [`save`](Setting::save) then [`set`](Setting::set).
+    fn swap(v: &Self::Value) -> Result<Self::Saved, String> {
+        let saved = Self::save()?;
+        Self::set(v)?;
+        Ok(saved)
+    }
 }
 
 /// One open scope of a setting: removed, and the setting applied again,
@@ -81,12 +109,14 @@ pub(crate) struct Ticket {
 /// The open scopes of one setting; see the [module docs](self).
 pub(crate) struct Registry<S: Setting> {
     leases: Mutex<Leases<S::Value, S::Saved>>,
+    lane: Lane<S::Value, S::Saved>,
 }
 
 impl<S: Setting> Registry<S> {
     pub(crate) const fn new() -> Self {
         Self {
             leases: Mutex::new(Leases::new()),
+            lane: Lane::new(),
         }
     }
 
@@ -94,9 +124,31 @@ impl<S: Setting> Registry<S> {
     ///
     /// # Errors
     /// Another holder has a different value open, or libtorch refused.
+    #[inline]
     pub(crate) fn enter(&self, value: S::Value) -> Result<Ticket, ScopeError> {
         let me_id = me();
-        let mut leases = lock(&self.leases);
+        if let Some(code) = S::code(&value)
+            && let Some(r) = self.lane.enter(me_id, 0, code, &value, swap::<S>)
+        {
+            return r
+                .map(|id| Ticket { id })
+                .map_err(|e| refused::<S>(&value, e));
+        }
+        self.enter_locked(me_id, value)
+    }
+
+    #[inline(never)]
+    fn enter_locked(&self, me_id: u64, value: S::Value) -> Result<Ticket, ScopeError> {
+        let mut leases = self.locked(me_id);
+        if leases.is_empty() && leases.saved.is_none() {
+            let first = S::code(&value)
+                .and_then(|code| self.lane.acquire(me_id, 0, code, &value, swap::<S>));
+            if let Some(r) = first {
+                return r
+                    .map(|id| Ticket { id })
+                    .map_err(|e| refused::<S>(&value, e));
+            }
+        }
         let holder = leases.holder(me_id);
         if let Some(other) = leases.conflict(holder, &value, S::same) {
             let (mine, theirs) = (S::describe(&value), S::describe(&other.value));
@@ -129,8 +181,26 @@ impl<S: Setting> Registry<S> {
     ///
     /// # Errors
     /// libtorch refused to apply it (the entry is gone anyway).
+    #[inline]
     pub(crate) fn leave(&self, ticket: &Ticket) -> Result<(), String> {
-        let mut leases = lock(&self.leases);
+        let me_id = me();
+        let last = |last, saved: &mut Option<S::Saved>| match saved.take() {
+            Some(saved) if last => S::restore(&saved),
+            // Not the last: it stays for the last.
+            kept => {
+                *saved = kept;
+                Ok(())
+            }
+        };
+        match self.lane.leave(me_id, 0, ticket.id, last) {
+            Some(r) => r,
+            None => self.leave_locked(me_id, ticket),
+        }
+    }
+
+    #[inline(never)]
+    fn leave_locked(&self, me_id: u64, ticket: &Ticket) -> Result<(), String> {
+        let mut leases = self.locked(me_id);
         match leases.leave(ticket.id, S::same) {
             Left::Nothing => Ok(()),
             Left::Value(v) => S::set(v),
@@ -144,21 +214,43 @@ impl<S: Setting> Registry<S> {
     /// The future holding `ticket` suspended: its entry is active on no
     /// thread.
     pub(crate) fn suspend(&self, ticket: &Ticket) {
-        lock(&self.leases).step(ticket.id, 0);
+        self.locked(me()).step(ticket.id, 0);
     }
 
     /// The future holding `ticket` is polled on this thread.
     pub(crate) fn resume(&self, ticket: &Ticket) {
         let me_id = me();
-        lock(&self.leases).step(ticket.id, me_id);
+        self.locked(me_id).step(ticket.id, me_id);
     }
+
+    /// The record, locked, with whatever the lane held moved into it.
+    fn locked(&self, me_id: u64) -> MutexGuard<'_, Leases<S::Value, S::Saved>> {
+        let mut leases = lock(&self.leases);
+        if let Some(taken) = self.lane.settle(me_id, 0) {
+            leases.adopt(taken);
+        }
+        leases
+    }
+}
+
+/// The lane's first scope: the state saved, for the lane to keep.
+#[inline]
+fn swap<S: Setting>(v: &S::Value) -> Result<Option<S::Saved>, String> {
+    S::swap(v).map(Some)
+}
+
+/// libtorch refused `value` (out of line: the lane's path stays small).
+#[cold]
+#[inline(never)]
+fn refused<S: Setting>(value: &S::Value, e: String) -> ScopeError {
+    ScopeError::new(S::describe(value), None, e)
 }
 
 /// Guards that are right on any thread as long as
 /// [`Scope::suspend`](crate::Scope::suspend) and
 /// [`Scope::resume`](crate::Scope::resume) are called around each move, as
 /// [`Spanned`](crate::Spanned) does: the guards of process-wide words,
-/// `!Send` by themselves (see [`Held`]).
+/// `!Send` by themselves (see `Held`, private).
 ///
 /// # Safety
 /// Only for guards whose thread-bound part is the registry's record of
@@ -166,23 +258,48 @@ impl<S: Setting> Registry<S> {
 /// other fields are `Send`.
 pub unsafe trait MovesWithTask {}
 
+/// How a [`Held`] names its word for a failed restore: the word itself, or
+/// [`Fixed`].
+pub(crate) trait Word: Copy {
+    /// The word, for setting `S`.
+    fn word<S: Setting>(self) -> &'static str;
+}
+
+impl Word for &'static str {
+    fn word<S: Setting>(self) -> &'static str {
+        self
+    }
+}
+
+/// The setting's own [`Setting::WORD`]: no bytes in the guard, which then
+/// moves in registers (a word is two).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fixed;
+
+impl Word for Fixed {
+    fn word<S: Setting>(self) -> &'static str {
+        S::WORD
+    }
+}
+
 /// A guard's hold on one setting: leaves on drop, reporting a failed
-/// restore to the exit hook under `word`.
+/// restore to the exit hook under its word.
 ///
 /// `!Send`: its entry is active on the thread that entered it (scopes
 /// entered later there nest in it). Moved to another thread by hand, it
 /// would still count as that thread's. The macros' async code moves such
 /// guards only inside `Task` (private), stepping them off and onto threads
 /// around each poll.
-pub(crate) struct Held<S: Setting> {
+pub(crate) struct Held<S: Setting, W: Word = &'static str> {
     ticket: Ticket,
-    word: &'static str,
+    word: W,
     _setting: std::marker::PhantomData<fn() -> S>,
     _not_send: crate::PhantomNotSend,
 }
 
-impl<S: Setting> Held<S> {
-    pub(crate) fn enter(value: S::Value, word: &'static str) -> Result<Self, ScopeError> {
+impl<S: Setting, W: Word> Held<S, W> {
+    #[inline]
+    pub(crate) fn enter(value: S::Value, word: W) -> Result<Self, ScopeError> {
         S::registry().enter(value).map(|ticket| Held {
             ticket,
             word,
@@ -200,22 +317,32 @@ impl<S: Setting> Held<S> {
     }
 }
 
-impl<S: Setting> fmt::Debug for Held<S> {
+impl<S: Setting, W: Word> fmt::Debug for Held<S, W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Held")
-            .field("word", &self.word)
+            .field("word", &self.word.word::<S>())
             .field("ticket", &self.ticket.id)
             .finish()
     }
 }
 
-impl<S: Setting> Drop for Held<S> {
+impl<S: Setting, W: Word> Drop for Held<S, W> {
+    #[inline]
     fn drop(&mut self) {
         if let Err(e) = S::registry().leave(&self.ticket) {
-            crate::exit::report(
-                self.word,
-                format_args!("could not put the {} setting back: {e}", self.word),
-            );
+            not_put_back(self.word.word::<S>(), &e);
         }
     }
 }
+
+#[cold]
+#[inline(never)]
+fn not_put_back(word: &'static str, e: &str) {
+    crate::exit::report(
+        word,
+        format_args!("could not put the {word} setting back: {e}"),
+    );
+}
+
+#[cfg(test)]
+mod tests;

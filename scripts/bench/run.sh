@@ -33,6 +33,7 @@ say "building the benches"
 # Without examples' default `metrics`: see examples/benches/peers.rs.
 PEERS=(-p examples --no-default-features --features peers --bench peers)
 "$CARGO" bench "${PEERS[@]}" --no-run --quiet
+"$CARGO" bench -p examples --features peers --bench peers --no-run --quiet
 
 if command -v g++ >/dev/null; then
   say "libtorch C++ guards"
@@ -62,6 +63,14 @@ rm -rf "$CRITERION_HOME"
 say "criterion (peers)"
 cat /proc/loadavg >"$OUT/loadavg-peers"
 "$CARGO" bench "${PEERS[@]}" --quiet -- \
+  --warm-up-time "$WARM" --measurement-time "$MEASURE" --noplot 2>&1 |
+  grep -E '^[a-z_]+/|time:' >&2
+
+# The `metrics` feature's cost per timed run: the same bench built with
+# examples' default features (`metrics` on), only its group `metrics`.
+say "criterion (metrics feature)"
+METRICS=(-p examples --features peers --bench peers)
+"$CARGO" bench "${METRICS[@]}" --quiet -- metrics/ \
   --warm-up-time "$WARM" --measurement-time "$MEASURE" --noplot 2>&1 |
   grep -E '^[a-z_]+/|time:' >&2
 

@@ -215,7 +215,7 @@ mod tests {
         assert_eq!(shared.load().quantile(0.5), None);
     }
 
-    /// Issue 26: a bucket past `u32::MAX` keeps counting, in the shared
+    /// A bucket past `u32::MAX` keeps counting, in the shared
     /// histogram, in a merge and in the quantiles.
     #[test]
     fn buckets_count_past_u32_max() {

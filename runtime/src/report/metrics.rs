@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 
-use super::Outcome;
+use super::{Outcome, Site};
 
 /// The histogram of `timed` runs, in seconds.
 pub(crate) const TIMED_SECONDS: &str = "tch_scope_timed_seconds";
@@ -46,14 +46,19 @@ thread_local! {
 
 /// The recorder in force on this thread (a local one, the global one, or
 /// the no-op one), as an address: a handle is valid only for it.
+#[inline]
 fn recorder() -> usize {
     ::metrics::with_recorder(|r| std::ptr::from_ref(r).cast::<()>() as usize)
 }
 
-/// One `timed` run of `ns` nanoseconds, under the row `id` named `name`.
-#[inline(never)]
-pub(crate) fn time(id: usize, name: &'static str, ns: u64, outcome: Outcome) {
-    let seconds = ns as f64 * 1e-9;
+/// One `timed` run of `ns` nanoseconds at `site`: into this thread's cached
+/// handle for the site's row and the outcome. What it costs beside the
+/// recorder's own work is a thread-local lookup and a compare; a handle
+/// is registered (labels built, the recorder asked) once per row, outcome
+/// and recorder.
+#[inline]
+pub(crate) fn time(site: &Site, ns: u64, outcome: Outcome) {
+    let id = site.id();
     let slot = id * 3
         + match outcome {
             Outcome::Completed => 0,
@@ -61,24 +66,42 @@ pub(crate) fn time(id: usize, name: &'static str, ns: u64, outcome: Outcome) {
             Outcome::Failed => 2,
         };
     let now = recorder();
+    let seconds = ns as f64 * 1e-9;
     let cached = TIMED.try_with(|t| {
-        let mut t = t.borrow_mut();
-        if t.len() <= slot {
-            t.resize_with(slot + 1, || None);
-        }
-        match &t[slot] {
-            Some((r, h)) if *r == now => h.record(seconds),
-            _ => {
-                let h = register(name, outcome);
+        // Not borrowed only if a recorder's own `record` ran a `timed`
+        // scope: that one goes uncached.
+        let Ok(t) = t.try_borrow() else {
+            return false;
+        };
+        match t.get(slot) {
+            Some(Some((r, h))) if *r == now => {
                 h.record(seconds);
-                t[slot] = Some((now, h));
+                true
             }
+            _ => false,
         }
     });
-    if cached.is_err() {
-        // The thread is ending: no cache, one registration.
-        register(name, outcome).record(seconds);
+    if cached != Ok(true) {
+        time_uncached(site, slot, now, seconds, outcome);
     }
+}
+
+/// The first run of a row and outcome on this thread (or under another
+/// recorder): registers the handle, and keeps it unless the thread is
+/// ending.
+#[cold]
+#[inline(never)]
+fn time_uncached(site: &Site, slot: usize, now: usize, seconds: f64, outcome: Outcome) {
+    let h = register(site.row_name(), outcome);
+    h.record(seconds);
+    let _ = TIMED.try_with(|t| {
+        if let Ok(mut t) = t.try_borrow_mut() {
+            if t.len() <= slot {
+                t.resize_with(slot + 1, || None);
+            }
+            t[slot] = Some((now, h));
+        }
+    });
 }
 
 fn register(name: &'static str, outcome: Outcome) -> ::metrics::Histogram {

@@ -52,7 +52,7 @@ pub use crate::outcome::Outcome;
 pub use memory::MemoryReport;
 pub use names::{DEFAULT_NAME_LIMIT, OTHER, name_limit, set_name_limit};
 pub use registry::Site;
-pub(crate) use registry::{lock, record_time};
+pub(crate) use registry::{lock, record_run, record_time};
 
 /// One measurement, as handed to the callback.
 #[derive(Debug, Clone, Serialize)]
@@ -285,7 +285,7 @@ pub(crate) fn record_memory(r: &MemoryReport) {
 #[inline(always)]
 pub(crate) fn record_time_metrics(site: &Site, ns: u64, outcome: Outcome) {
     #[cfg(feature = "metrics")]
-    metrics::time(site.id(), site.row_name(), ns, outcome);
+    metrics::time(site, ns, outcome);
     #[cfg(not(feature = "metrics"))]
     let _ = (site, ns, outcome);
 }

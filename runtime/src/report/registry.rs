@@ -8,6 +8,7 @@
 //! Id 0 is the row [`OTHER`]: a site whose name came past the bound on
 //! distinct names ([`super::names`]) is given it at its first run.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -166,6 +167,8 @@ impl Local {
 
 impl Drop for Local {
     fn drop(&mut self) {
+        // No run after this goes to the shard.
+        SHARD.set(std::ptr::null());
         lock(&SHARDS).retain(|s| !Arc::ptr_eq(s, &self.0));
         // Under RETIRED's lock, as `clear_times` bumps the epoch: a reset
         // either comes first (the shard reads as empty) or clears these.
@@ -175,13 +178,50 @@ impl Drop for Local {
 
 thread_local! {
     static LOCAL: Local = Local::new();
+    /// `LOCAL`'s shard while it lives, else null: the hot path's one
+    /// thread-local, a plain cell (no destructor, so no registration check
+    /// per access).
+    static SHARD: Cell<*const Shard> = const { Cell::new(std::ptr::null()) };
 }
 
 /// Adds one duration to `site`'s totals.
 #[inline]
 pub(crate) fn record_time(site: &Site, ns: u64, outcome: Outcome) {
     let id = site.id();
-    let done = LOCAL.try_with(|l| l.0.add(id, ns, outcome));
+    let shard = SHARD.get();
+    // SAFETY: non-null only while `LOCAL` holds the shard on this thread.
+    if shard.is_null() || !unsafe { &*shard }.add(id, ns, outcome) {
+        record_time_slow(id, ns, outcome);
+    }
+}
+
+/// Adds one wall-clock run of `site` that took `ticks` raw clock ticks
+/// (`crate::clock`; wrapping, a "negative" one reads as 0), one run late
+/// (see `Shard::push_run`).
+#[inline]
+pub(crate) fn record_run(site: &Site, ticks: u64, outcome: Outcome) {
+    let id = site.id();
+    let shard = SHARD.get();
+    // SAFETY: non-null only while `LOCAL` holds the shard on this thread.
+    if shard.is_null() || !unsafe { &*shard }.push_run(id, ticks, outcome) {
+        let ns = if ticks > i64::MAX as u64 {
+            0
+        } else {
+            crate::clock::nanos(0, ticks)
+        };
+        record_time_slow(id, ns, outcome);
+    }
+}
+
+/// The first run of the thread, or one during its teardown, or of a site
+/// past what a shard holds.
+#[cold]
+#[inline(never)]
+fn record_time_slow(id: usize, ns: u64, outcome: Outcome) {
+    let done = LOCAL.try_with(|l| {
+        SHARD.set(Arc::as_ptr(&l.0));
+        l.0.add(id, ns, outcome)
+    });
     if done != Ok(true) {
         // During thread teardown, or a site past what a shard holds:
         // straight into the retired totals.

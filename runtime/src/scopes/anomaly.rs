@@ -9,12 +9,13 @@
 //! they end; one asking for another setting while another thread has one
 //! open is refused (see [process-wide words](crate#process-wide-words)).
 
-use crate::process_wide::{self, Held, Registry};
+use crate::process_wide::{self, Fixed, Held, Registry};
 use crate::{Scope, ScopeError};
 
 unsafe extern "C" {
     fn tch_scope_anomaly_get(enabled: *mut bool, check_nan: *mut bool);
     fn tch_scope_anomaly_set(enabled: bool, check_nan: bool);
+    fn tch_scope_anomaly_swap(enabled: bool, check_nan: bool) -> u32;
 }
 
 /// Anomaly detection on for the scope; `check_nan` (default `true`) makes
@@ -68,7 +69,7 @@ impl Default for DetectAnomaly {
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct AnomalyGuard {
-    held: Held<Setting>,
+    held: Held<Setting, Fixed>,
 }
 
 fn get() -> (bool, bool) {
@@ -86,7 +87,9 @@ static REGISTRY: Registry<Setting> = Registry::new();
 impl process_wide::Setting for Setting {
     type Value = (bool, bool);
     type Saved = (bool, bool);
+    const WORD: &'static str = "detect_anomaly";
 
+    #[inline]
     fn registry() -> &'static Registry<Self> {
         &REGISTRY
     }
@@ -108,14 +111,29 @@ impl process_wide::Setting for Setting {
         Ok(get())
     }
 
+    #[inline]
     fn set(&(enabled, check_nan): &(bool, bool)) -> Result<(), String> {
         // SAFETY: sets two static bools.
         unsafe { tch_scope_anomaly_set(enabled, check_nan) };
         Ok(())
     }
 
+    #[inline]
     fn restore(saved: &(bool, bool)) -> Result<(), String> {
         Self::set(saved)
+    }
+
+    #[inline]
+    fn code(&(enabled, check_nan): &(bool, bool)) -> Option<u8> {
+        // Both flags, even off: `set` writes `check_nan` either way.
+        Some(u8::from(enabled) | u8::from(check_nan) << 1)
+    }
+
+    #[inline]
+    fn swap(&(enabled, check_nan): &(bool, bool)) -> Result<(bool, bool), String> {
+        // SAFETY: reads and sets two static bools.
+        let was = unsafe { tch_scope_anomaly_swap(enabled, check_nan) };
+        Ok((was & 1 != 0, was & 2 != 0))
     }
 }
 
@@ -123,12 +141,16 @@ impl Scope for DetectAnomaly {
     type Guard = AnomalyGuard;
     type Error = ScopeError;
 
+    /// Setting the mode cannot fail, so neither can leaving: the success
+    /// path need not look for exit errors.
+    const EXIT_CAN_FAIL: bool = false;
+
     /// # Errors
     /// Another thread or task has `detect_anomaly` open with another
     /// setting.
+    #[inline]
     fn enter(&mut self) -> Result<AnomalyGuard, ScopeError> {
-        Held::enter((self.enabled, self.check_nan), "detect_anomaly")
-            .map(|held| AnomalyGuard { held })
+        Held::enter((self.enabled, self.check_nan), Fixed).map(|held| AnomalyGuard { held })
     }
 
     fn suspend(guard: &mut AnomalyGuard) {

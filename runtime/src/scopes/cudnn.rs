@@ -6,12 +6,13 @@
 //! whatever order scopes of many threads end (see
 //! [process-wide words](crate#process-wide-words)).
 
-use crate::process_wide::{self, Held, Registry};
+use crate::process_wide::{self, Fixed, Held, Registry};
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
     fn tch_scope_cudnn_get(out: *mut bool);
     fn tch_scope_cudnn_set(set: *const bool, value: *const bool) -> ffi::Status;
+    fn tch_scope_cudnn_swap(which: i32, value: bool, was: *mut u32) -> ffi::Status;
 }
 
 /// cuDNN's flags, as [`cudnn_flags`] reads them.
@@ -116,12 +117,13 @@ impl Cudnn {
 #[derive(Debug)]
 pub struct CudnnGuard {
     // Dropped in reverse of the order entered.
-    allow_tf32: Option<Held<Flag<3>>>,
-    deterministic: Option<Held<Flag<2>>>,
-    benchmark: Option<Held<Flag<1>>>,
-    enabled: Option<Held<Flag<0>>>,
+    allow_tf32: Option<Held<Flag<3>, Fixed>>,
+    deterministic: Option<Held<Flag<2>, Fixed>>,
+    benchmark: Option<Held<Flag<1>, Fixed>>,
+    enabled: Option<Held<Flag<0>, Fixed>>,
 }
 
+#[inline]
 fn set(which: &[bool; 4], value: &[bool; 4]) -> Result<(), String> {
     // SAFETY: two arrays of the 4 flags; exceptions caught by the shim.
     ffi::check(unsafe { tch_scope_cudnn_set(which.as_ptr(), value.as_ptr()) })
@@ -149,7 +151,9 @@ macro_rules! flag_registry {
         impl process_wide::Setting for Flag<$i> {
             type Value = bool;
             type Saved = bool;
+            const WORD: &'static str = "cudnn";
 
+            #[inline]
             fn registry() -> &'static Registry<Self> {
                 &REGISTRIES.$field
             }
@@ -166,6 +170,7 @@ macro_rules! flag_registry {
                 Ok(cudnn_flags().to_array()[$i])
             }
 
+            #[inline]
             fn set(on: &bool) -> Result<(), String> {
                 let mut which = [false; 4];
                 which[$i] = true;
@@ -174,19 +179,34 @@ macro_rules! flag_registry {
                 set(&which, &value)
             }
 
+            #[inline]
             fn restore(on: &bool) -> Result<(), String> {
                 Self::set(on)
+            }
+
+            #[inline]
+            fn code(on: &bool) -> Option<u8> {
+                Some(u8::from(*on))
+            }
+
+            #[inline]
+            fn swap(on: &bool) -> Result<bool, String> {
+                let mut was = 0;
+                // SAFETY: a writable out-param; exceptions caught by the shim.
+                ffi::check(unsafe { tch_scope_cudnn_swap($i, *on, &mut was) })?;
+                Ok(was != 0)
             }
         }
     )*};
 }
 flag_registry!(0 => 0, 1 => 1, 2 => 2, 3 => 3);
 
-fn hold<const I: usize>(v: Option<bool>) -> Result<Option<Held<Flag<I>>>, ScopeError>
+#[inline]
+fn hold<const I: usize>(v: Option<bool>) -> Result<Option<Held<Flag<I>, Fixed>>, ScopeError>
 where
     Flag<I>: process_wide::Setting<Value = bool>,
 {
-    v.map(|on| Held::enter(on, "cudnn")).transpose()
+    v.map(|on| Held::enter(on, Fixed)).transpose()
 }
 
 impl Scope for Cudnn {
@@ -198,6 +218,7 @@ impl Scope for Cudnn {
     /// other value, or libtorch refused a flag (`allow_tf32` where
     /// PyTorch's legacy and per-backend precision APIs were mixed). The
     /// flags set before the one refused are put back.
+    #[inline]
     fn enter(&mut self) -> Result<CudnnGuard, ScopeError> {
         let [enabled, benchmark, deterministic, allow_tf32] = self.set;
         let enabled = hold::<0>(enabled)?;
@@ -234,10 +255,10 @@ impl Scope for Cudnn {
 impl CudnnGuard {
     fn each(
         &self,
-        a: impl FnOnce(&Held<Flag<0>>),
-        b: impl FnOnce(&Held<Flag<1>>),
-        c: impl FnOnce(&Held<Flag<2>>),
-        d: impl FnOnce(&Held<Flag<3>>),
+        a: impl FnOnce(&Held<Flag<0>, Fixed>),
+        b: impl FnOnce(&Held<Flag<1>, Fixed>),
+        c: impl FnOnce(&Held<Flag<2>, Fixed>),
+        d: impl FnOnce(&Held<Flag<3>, Fixed>),
     ) {
         self.enabled.as_ref().map(a);
         self.benchmark.as_ref().map(b);

@@ -71,6 +71,29 @@ struct Saved {
     instant: bool,
 }
 
+impl Saved {
+    /// A copy read field by field. The shim wrote the fields one by one
+    /// (the two flags as single bytes); a plain move of the struct reads
+    /// 16-byte words, and a word loaded over several smaller fresh stores
+    /// waits for them (a store-forwarding stall, about 5 ns each here).
+    #[inline(always)]
+    fn read(&self) -> Saved {
+        // SAFETY: reads of fields of a live, initialised struct; volatile
+        // only so that they are not merged into wide loads.
+        unsafe {
+            Saved {
+                at: std::ptr::read_volatile(&self.at),
+                budget: std::ptr::read_volatile(&self.budget),
+                start: std::ptr::read_volatile(&self.start),
+                trips: std::ptr::read_volatile(&self.trips),
+                effective_at: std::ptr::read_volatile(&self.effective_at),
+                included: std::ptr::read_volatile(&self.included),
+                instant: std::ptr::read_volatile(&self.instant),
+            }
+        }
+    }
+}
+
 // The shim's `tch_scope_deadline_saved`: `csrc/context.h` asserts the same.
 const _: () = {
     use std::mem::offset_of;
@@ -93,7 +116,7 @@ unsafe extern "C" {
         start_ns: *mut i64,
         saved: *mut Saved,
     ) -> ffi::Status;
-    fn tch_scope_deadline_exit(saved: *const Saved);
+    fn tch_scope_deadline_exit(at: i64, budget: i64, start: i64, instant: bool, included: bool);
     fn tch_scope_deadline_trips(trip_at: *mut i64) -> u64;
     fn tch_scope_deadline_trip_message() -> *const std::ffi::c_char;
     fn tch_scope_deadline_exclude() -> bool;
@@ -101,8 +124,8 @@ unsafe extern "C" {
 }
 
 /// A time budget or an instant for the scope: once it has passed, the
-/// next libtorch operator the thread calls fails (see the [module
-/// docs](self)).
+/// next libtorch operator the thread calls fails, and the scope ends with
+/// the deadline's [`ScopeError`] (see [`Deadline::run`]).
 ///
 /// A budget's clock starts at the first [`enter`](Scope::enter); entering
 /// the same value again (a future's later polls) keeps that deadline.
@@ -257,6 +280,7 @@ impl Scope for Deadline {
     /// # Errors
     /// Another library took the dispatch key the check needs (see
     /// `csrc/deadline.cpp`).
+    #[inline]
     fn enter(&mut self) -> Result<DeadlineGuard, ScopeError> {
         let mut saved = Saved::default();
         let status = match self.limit {
@@ -280,7 +304,7 @@ impl Scope for Deadline {
         };
         ffi::check(status).map_err(|e| ScopeError::new(self.limit.name(), None, e))?;
         Ok(DeadlineGuard {
-            saved,
+            saved: saved.read(),
             limit: self.limit,
             _not_send: crate::PhantomNotSend::NEW,
         })
@@ -425,7 +449,8 @@ fn mentions(payload: &(dyn std::any::Any + Send), msg: &str) -> bool {
 
 impl Drop for DeadlineGuard {
     fn drop(&mut self) {
+        let s = &self.saved;
         // SAFETY: what enter saved, on the same thread (the guard is !Send).
-        unsafe { tch_scope_deadline_exit(&self.saved) };
+        unsafe { tch_scope_deadline_exit(s.at, s.budget, s.start, s.instant, s.included) };
     }
 }

@@ -11,12 +11,13 @@
 //! also needs `CUBLAS_WORKSPACE_CONFIG=:4096:8` (or `:16:8`) in the
 //! environment before CUDA starts, as in PyTorch.
 
-use crate::process_wide::{self, Held, Registry};
+use crate::process_wide::{self, Fixed, Held, Registry};
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
     fn tch_scope_deterministic_get(enabled: *mut bool, warn_only: *mut bool);
     fn tch_scope_deterministic_set(enabled: bool, warn_only: bool) -> ffi::Status;
+    fn tch_scope_deterministic_swap(enabled: bool, warn_only: bool, was: *mut u32) -> ffi::Status;
 }
 
 /// Deterministic algorithms on for the scope (`warn_only` defaults to
@@ -55,7 +56,7 @@ impl Deterministic {
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct DeterministicGuard {
-    held: Held<Setting>,
+    held: Held<Setting, Fixed>,
 }
 
 fn get() -> (bool, bool) {
@@ -65,6 +66,7 @@ fn get() -> (bool, bool) {
     (enabled, warn_only)
 }
 
+#[inline]
 fn set(enabled: bool, warn_only: bool) -> Result<(), String> {
     // SAFETY: plain values; exceptions caught by the shim.
     ffi::check(unsafe { tch_scope_deterministic_set(enabled, warn_only) })
@@ -78,7 +80,9 @@ static REGISTRY: Registry<Setting> = Registry::new();
 impl process_wide::Setting for Setting {
     type Value = bool;
     type Saved = (bool, bool);
+    const WORD: &'static str = "deterministic";
 
+    #[inline]
     fn registry() -> &'static Registry<Self> {
         &REGISTRY
     }
@@ -99,12 +103,27 @@ impl process_wide::Setting for Setting {
         Ok(get())
     }
 
+    #[inline]
     fn set(warn_only: &bool) -> Result<(), String> {
         set(true, *warn_only)
     }
 
+    #[inline]
     fn restore(&(enabled, warn_only): &(bool, bool)) -> Result<(), String> {
         set(enabled, warn_only)
+    }
+
+    #[inline]
+    fn code(warn_only: &bool) -> Option<u8> {
+        Some(u8::from(*warn_only))
+    }
+
+    #[inline]
+    fn swap(warn_only: &bool) -> Result<(bool, bool), String> {
+        let mut was = 0;
+        // SAFETY: a writable out-param; exceptions caught by the shim.
+        ffi::check(unsafe { tch_scope_deterministic_swap(true, *warn_only, &mut was) })?;
+        Ok((was & 1 != 0, was & 2 != 0))
     }
 }
 
@@ -115,8 +134,9 @@ impl Scope for Deterministic {
     /// # Errors
     /// Another thread or task has `deterministic` open with another
     /// `warn_only`, or libtorch refused.
+    #[inline]
     fn enter(&mut self) -> Result<DeterministicGuard, ScopeError> {
-        Held::enter(self.warn_only, "deterministic").map(|held| DeterministicGuard { held })
+        Held::enter(self.warn_only, Fixed).map(|held| DeterministicGuard { held })
     }
 
     fn suspend(guard: &mut DeterministicGuard) {

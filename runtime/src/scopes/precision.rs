@@ -8,7 +8,7 @@
 //! the last to end puts it back exactly, in whatever order scopes of many
 //! threads end (see [process-wide words](crate#process-wide-words)).
 
-use crate::process_wide::{self, Held, Registry};
+use crate::process_wide::{self, Fixed, Held, Registry};
 use crate::{Scope, ScopeError, ffi};
 
 unsafe extern "C" {
@@ -78,7 +78,7 @@ pub struct Tf32(pub bool);
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct MatmulPrecisionGuard {
-    held: Held<Setting>,
+    held: Held<Setting, Fixed>,
 }
 
 /// The float32 matmul precision: a scope's value is the level (an index
@@ -96,6 +96,7 @@ static REGISTRY: Registry<Setting> = Registry::new();
 impl process_wide::Setting for Setting {
     type Value = Level;
     type Saved = [i32; 3];
+    const WORD: &'static str = "matmul_precision";
 
     fn registry() -> &'static Registry<Self> {
         &REGISTRY
@@ -134,10 +135,18 @@ impl process_wide::Setting for Setting {
         // SAFETY: the 3 values the shim saved; exceptions caught.
         ffi::check(unsafe { tch_scope_matmul_restore(saved.as_ptr()) })
     }
+
+    fn code(l: &Level) -> Option<u8> {
+        // The spelling too: messages name a scope as it was written.
+        u8::try_from(l.index)
+            .ok()
+            .map(|i| i << 1 | u8::from(l.tf32))
+    }
 }
 
+#[inline]
 fn enter(level: Level) -> Result<MatmulPrecisionGuard, ScopeError> {
-    Held::enter(level, "matmul_precision").map(|held| MatmulPrecisionGuard { held })
+    Held::enter(level, Fixed).map(|held| MatmulPrecisionGuard { held })
 }
 
 impl Scope for MatmulPrecision {
@@ -149,6 +158,7 @@ impl Scope for MatmulPrecision {
     /// thread or task has another precision open; or the precision was set
     /// through both PyTorch's legacy and its per-backend `fp32_precision`
     /// API (libtorch then refuses to read it).
+    #[inline]
     fn enter(&mut self) -> Result<MatmulPrecisionGuard, ScopeError> {
         let index = self.precision.clone().map_err(|name| {
             ScopeError::new(
@@ -176,6 +186,7 @@ impl Scope for Tf32 {
     /// # Errors
     /// As for [`MatmulPrecision`]: another precision is open on another
     /// thread, or the two precision APIs were mixed.
+    #[inline]
     fn enter(&mut self) -> Result<MatmulPrecisionGuard, ScopeError> {
         enter(Level {
             index: usize::from(self.0),

@@ -3,7 +3,7 @@
 //! **Process-wide** flags. As in PyTorch, a backend not listed is off,
 //! libtorch's "overrideable" backend (for out-of-tree devices) included.
 
-use crate::process_wide::{self, Held, Registry};
+use crate::process_wide::{self, Fixed, Held, Registry};
 use crate::{Scope, ScopeError};
 
 unsafe extern "C" {
@@ -84,7 +84,7 @@ impl Sdpa {
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct SdpaGuard {
-    held: Held<Setting>,
+    held: Held<Setting, Fixed>,
 }
 
 /// The enabled backends: a scope's value is their bits.
@@ -95,6 +95,7 @@ static REGISTRY: Registry<Setting> = Registry::new();
 impl process_wide::Setting for Setting {
     type Value = u32;
     type Saved = u32;
+    const WORD: &'static str = "sdpa";
 
     fn registry() -> &'static Registry<Self> {
         &REGISTRY
@@ -132,16 +133,25 @@ impl process_wide::Setting for Setting {
     fn restore(bits: &u32) -> Result<(), String> {
         Self::set(bits)
     }
+
+    fn code(bits: &u32) -> Option<u8> {
+        u8::try_from(*bits).ok()
+    }
 }
 
 impl Scope for Sdpa {
     type Guard = SdpaGuard;
     type Error = ScopeError;
 
+    /// Setting the backends cannot fail, so neither can leaving: the
+    /// success path need not look for exit errors.
+    const EXIT_CAN_FAIL: bool = false;
+
     /// # Errors
     /// Another thread or task has `sdpa` open with other backends.
+    #[inline]
     fn enter(&mut self) -> Result<SdpaGuard, ScopeError> {
-        Held::enter(self.bits, "sdpa").map(|held| SdpaGuard { held })
+        Held::enter(self.bits, Fixed).map(|held| SdpaGuard { held })
     }
 
     fn suspend(guard: &mut SdpaGuard) {

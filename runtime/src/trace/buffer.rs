@@ -30,20 +30,18 @@ const CHUNK_BYTES: usize = CHUNK * SLOT_BYTES;
 /// through memory, and a slot not yet in cache costs the push a miss.
 const AHEAD: usize = 4;
 
-/// Asks for the cache line of slot `i` of the chunk at `base` (ignored past
-/// the chunk's end, and where the CPU has no such hint).
+/// Asks for the cache line at `p` (a hint: a prefetch never faults, past
+/// a chunk's end included; nothing where the CPU has no such hint).
 #[inline(always)]
-fn prefetch_for_write(base: *mut Slot, i: usize) {
+fn prefetch_for_write(p: *mut Slot) {
     #[cfg(target_arch = "x86_64")]
-    if i < CHUNK {
-        // SAFETY: a prefetch never faults, and `base + i` is inside the chunk.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_ET0>(base.add(i).cast::<i8>());
-        }
+    // SAFETY: a prefetch reads nothing and never faults.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_ET0>(p.cast::<i8>());
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (base, i);
+    let _ = p;
 }
 
 /// What made a span.
@@ -104,22 +102,6 @@ impl Kind {
     }
 }
 
-fn outcome_to_u8(o: Outcome) -> u8 {
-    match o {
-        Outcome::Completed => 0,
-        Outcome::Panicked => 1,
-        Outcome::Failed => 2,
-    }
-}
-
-fn outcome_from_u8(v: u8) -> Outcome {
-    match v {
-        1 => Outcome::Panicked,
-        2 => Outcome::Failed,
-        _ => Outcome::Completed,
-    }
-}
-
 /// One finished span of a scope (its kind, name, start and end, outcome
 /// and bytes), as a thread records it into its buffer and the trace
 /// writer reads it back: a record, not a live span (nothing is entered).
@@ -147,6 +129,25 @@ struct Slot {
     /// Kind (low 8 bits) and outcome (bits 8..16).
     meta: AtomicU64,
     bytes: [AtomicU64; 4],
+}
+
+/// The owner's place in its ring: the next position, and from its slot on
+/// the slots left in that chunk (0: find the chunk first). Kept by the
+/// owner thread, beside the buffer it points into.
+#[derive(Clone, Copy)]
+pub(crate) struct At {
+    pos: usize,
+    slot: *mut Slot,
+    left: usize,
+}
+
+impl At {
+    /// The start of a ring.
+    pub(crate) const START: At = At {
+        pos: 0,
+        slot: std::ptr::null_mut(),
+        left: 0,
+    };
 }
 
 /// One thread's spans of one recording.
@@ -206,40 +207,27 @@ impl Buffer {
         self.written.load(Ordering::Acquire) + self.lost.load(Ordering::Relaxed)
     }
 
-    /// Writes `s` at ring position `pos` (`< cap`), the owner's cursor,
-    /// and returns the next position. When the slot's chunk is not there
-    /// and the budget has no room even after `make_room` (which frees
-    /// what it can and says whether it did), the ring shrinks to the
-    /// chunks it has and `s` goes to position 0, over the oldest span.
-    /// Only the owning thread calls this.
-    #[inline]
-    pub(crate) fn push(&self, pos: usize, s: &SpanRecord, make_room: fn() -> bool) -> usize {
-        let mut pos = pos;
-        let chunk = &self.chunks[pos / CHUNK];
-        let mut base = chunk.load(Ordering::Relaxed);
-        if base.is_null() {
-            match self.grow(chunk, make_room) {
-                Some(b) => base = b,
-                None => match self.shrink(pos) {
-                    Some(b) => {
-                        pos = 0;
-                        base = b;
-                    }
-                    None => {
-                        self.lost.fetch_add(1, Ordering::Relaxed);
-                        return 0;
-                    }
-                },
-            }
+    /// Writes `s` at the owner's place `at` in the ring and moves `at` on.
+    /// When the slot's chunk is not there and the budget has no room even
+    /// after `make_room` (which frees what it can and says whether it
+    /// did), the ring shrinks to the chunks it has and `s` goes to position
+    /// 0, over the oldest span. Only the owning thread calls this.
+    // Always inline: the record's fields stay in registers (through memory,
+    // its kind and outcome bytes made a store-forwarding stall per span).
+    #[inline(always)]
+    pub(crate) fn push(&self, at: &mut At, s: &SpanRecord, make_room: fn() -> bool) {
+        if at.left == 0 && !self.place(at, make_room) {
+            self.lost.fetch_add(1, Ordering::Relaxed);
+            return;
         }
-        // SAFETY: `base` is a live chunk of CHUNK slots (freed only with
-        // the buffer), and `pos % CHUNK < CHUNK`.
-        let slot = unsafe { &*base.add(pos % CHUNK) };
+        // SAFETY: `place` pointed `at.slot` into a live chunk (freed only
+        // with the buffer) with `at.left` slots from it.
+        let slot = unsafe { &*at.slot };
         let r = Ordering::Relaxed;
         slot.start.store(s.start, r);
         slot.end.store(s.end, r);
         slot.name.store(std::ptr::from_ref(s.name).cast_mut(), r);
-        let meta = s.kind as u64 | u64::from(outcome_to_u8(s.outcome)) << 8;
+        let meta = s.kind as u64 | u64::from(s.outcome.to_u8()) << 8;
         slot.meta.store(meta, r);
         // Only memory spans and flows carry words (the reader looks at no
         // others').
@@ -250,12 +238,39 @@ impl Buffer {
         }
         let n = self.written.load(r);
         self.written.store(n + 1, Ordering::Release);
-        prefetch_for_write(base, pos % CHUNK + AHEAD);
-        if pos + 1 == self.cap.load(r) {
-            0
-        } else {
-            pos + 1
+        prefetch_for_write(at.slot.wrapping_add(AHEAD));
+        at.slot = at.slot.wrapping_add(1);
+        at.left -= 1;
+        at.pos += 1;
+    }
+
+    /// Points `at` at its position's slot (wrapping past the ring's end),
+    /// making the chunk if need be; `false` when there is no room at all.
+    #[cold]
+    #[inline(never)]
+    fn place(&self, at: &mut At, make_room: fn() -> bool) -> bool {
+        if at.pos >= self.cap.load(Ordering::Relaxed) {
+            at.pos = 0;
         }
+        let chunk = &self.chunks[at.pos / CHUNK];
+        let mut base = chunk.load(Ordering::Relaxed);
+        if base.is_null() {
+            match self.grow(chunk, make_room) {
+                Some(b) => base = b,
+                None => match self.shrink(at.pos) {
+                    Some(b) => {
+                        at.pos = 0;
+                        base = b;
+                    }
+                    None => return false,
+                },
+            }
+        }
+        let i = at.pos % CHUNK;
+        // SAFETY: `base` is a live chunk of CHUNK slots and `i < CHUNK`.
+        at.slot = unsafe { base.add(i) };
+        at.left = (CHUNK - i).min(self.cap.load(Ordering::Relaxed) - at.pos);
+        true
     }
 
     /// A new chunk, if the budget has room for it (after `make_room`, as
@@ -328,7 +343,7 @@ impl Buffer {
                 name,
                 start: slot.start.load(r),
                 end: slot.end.load(r),
-                outcome: outcome_from_u8((meta >> 8) as u8),
+                outcome: Outcome::from_u8((meta >> 8) as u8),
                 bytes: if kind.has_words() {
                     [0, 1, 2, 3].map(|i| slot.bytes[i].load(r))
                 } else {
@@ -372,9 +387,9 @@ mod tests {
     fn keeps_the_newest_and_counts_the_dropped() {
         static BUDGET: Budget = Budget::new(usize::MAX);
         let b = Buffer::new(CHUNK + 3, 1, "t".into(), &BUDGET);
-        let mut pos = 0;
+        let mut at = At::START;
         for i in 0..(CHUNK as u64 + 10) {
-            pos = b.push(pos, &span(i), || false);
+            b.push(&mut at, &span(i), || false);
         }
         let spans = b.spans();
         assert_eq!(spans.len(), CHUNK + 3);
@@ -396,9 +411,9 @@ mod tests {
         }
         let b = Buffer::new(4 * CHUNK, 1, "t".into(), &BUDGET);
         let n = 2 * CHUNK as u64 + 5;
-        let mut pos = 0;
+        let mut at = At::START;
         for i in 0..n {
-            pos = b.push(pos, &span(i), no_room);
+            b.push(&mut at, &span(i), no_room);
         }
         assert_eq!(BUDGET.used(), 2 * CHUNK_BYTES, "never past the limit");
         assert_eq!(b.cap(), 2 * CHUNK, "the ring is the chunks it has");
@@ -417,9 +432,9 @@ mod tests {
     fn with_no_room_at_all_spans_are_lost_and_counted() {
         static BUDGET: Budget = Budget::new(CHUNK_BYTES - 1);
         let b = Buffer::new(8, 1, "t".into(), &BUDGET);
-        let mut pos = 0;
+        let mut at = At::START;
         for i in 0..3 {
-            pos = b.push(pos, &span(i), || false);
+            b.push(&mut at, &span(i), || false);
         }
         assert_eq!((b.spans().len(), b.dropped(), b.written()), (0, 3, 3));
     }
@@ -437,7 +452,8 @@ mod tests {
             had
         }
         let b = Buffer::new(CHUNK, 1, "t".into(), &BUDGET);
-        b.push(0, &span(0), free_it);
+        let mut at = At::START;
+        b.push(&mut at, &span(0), free_it);
         assert_eq!((b.spans().len(), b.dropped()), (1, 0));
         assert_eq!(BUDGET.used(), CHUNK_BYTES);
     }

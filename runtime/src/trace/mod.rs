@@ -74,10 +74,10 @@
 mod budget;
 mod buffer;
 mod chrome;
+mod local;
 mod marks;
 mod names;
 
-use std::cell::RefCell;
 use std::ffi::OsString;
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -85,6 +85,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use buffer::{Buffer, SLOT_BYTES};
 pub(crate) use buffer::{Kind, SpanRecord};
+pub(crate) use local::push;
 pub use marks::mark;
 pub(crate) use marks::{FlowStart, flow_end, flow_start};
 pub(crate) use names::intern;
@@ -392,68 +393,6 @@ fn free_an_exited_buffer() -> bool {
     // Freed here (outside the lock) unless a write holds it meanwhile.
     drop(freed);
     true
-}
-
-struct Local {
-    generation: u64,
-    pos: usize,
-    buffer: Option<Arc<Buffer>>,
-}
-
-impl Drop for Local {
-    /// The thread is gone: its buffer can be freed once written.
-    fn drop(&mut self) {
-        if let Some(b) = &self.buffer {
-            b.set_exited();
-        }
-    }
-}
-
-thread_local! {
-    static LOCAL: RefCell<Local> = const {
-        RefCell::new(Local { generation: 0, pos: 0, buffer: None })
-    };
-}
-
-/// Appends a finished span to this thread's buffer (call only while
-/// [`recording`]; a span of a thread being torn down is lost).
-#[inline]
-pub(crate) fn push(span: &SpanRecord) {
-    let _ = LOCAL.try_with(|l| {
-        let mut l = l.borrow_mut();
-        let generation = GENERATION.load(Ordering::Acquire);
-        if l.generation != generation || l.buffer.is_none() {
-            renew(&mut l);
-        }
-        let Local { pos, buffer, .. } = &mut *l;
-        if let Some(b) = buffer {
-            *pos = b.push(*pos, span, free_an_exited_buffer);
-        }
-    });
-}
-
-#[cold]
-fn renew(l: &mut Local) {
-    let mut all = lock(&BUFFERS);
-    // Read under the lock that `start` bumps it under: this buffer belongs
-    // to the recording it joins.
-    let generation = GENERATION.load(Ordering::Acquire);
-    let tid = this_tid();
-    let name = std::thread::current()
-        .name()
-        .map_or_else(|| format!("thread {tid}"), str::to_owned);
-    let b = Arc::new(Buffer::new(
-        CAPACITY.load(Ordering::Relaxed),
-        tid,
-        name,
-        &budget::GLOBAL,
-    ));
-    all.push(b.clone());
-    // Not `*l = …`: that would drop the old Local, marking its buffer (of
-    // an earlier recording, but this thread's) exited.
-    l.generation = generation;
-    l.pos = 0;
-    l.buffer = Some(b);
 }
 
 /// The OS thread id, as the trace shows it (read once per thread).

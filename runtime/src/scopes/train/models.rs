@@ -6,20 +6,22 @@
 //! model is refused; the last to end puts the saved modes back), and the
 //! [`Inference`](crate::Inference)s serving it. The models are spread
 //! over 64 locks by id, so scopes on different models seldom wait for
-//! each other.
+//! each other, and each lock has a [`Lane`] beside it: the scopes of one
+//! thread on one model, all of one mode, go there without the lock (see
+//! `lease/lane.rs`). A model is in its stripe's record or in the lane,
+//! never in both: whatever takes the lock for a model first moves the
+//! lane's scopes on it into a record, and the lane takes a model only
+//! while it has no record.
 
-use std::any::Any;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tch::TchError;
 
 use super::Trainable;
-use crate::lease::{Leases, Left, me};
+use super::saved::Saved;
+use crate::lease::{Lane, Leases, Left, me};
 use crate::sync::lock;
-
-/// The modes before the first scope, whatever the model's type.
-type Saved = Box<dyn Any + Send>;
 
 struct Model {
     id: usize,
@@ -34,6 +36,8 @@ struct Model {
 const STRIPES: usize = 64;
 
 static MODELS: [Mutex<Vec<Model>>; STRIPES] = [const { Mutex::new(Vec::new()) }; STRIPES];
+/// One lane per stripe, biased to one model at a time (its key, the id).
+static LANES: [Lane<bool, Saved, true>; STRIPES] = [const { Lane::new() }; STRIPES];
 
 /// The ids of served models, for the direct switches ([`refuse_served`])
 /// that do not go through the stripes; `SERVING` counts them, so a
@@ -41,9 +45,45 @@ static MODELS: [Mutex<Vec<Model>>; STRIPES] = [const { Mutex::new(Vec::new()) };
 static SERVED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 static SERVING: AtomicUsize = AtomicUsize::new(0);
 
-fn stripe(id: usize) -> std::sync::MutexGuard<'static, Vec<Model>> {
+fn index(id: usize) -> usize {
     // Models are at least 8-aligned: mix the low bits away.
-    lock(&MODELS[(id >> 4 ^ id >> 10) % STRIPES])
+    (id >> 4 ^ id >> 10) % STRIPES
+}
+
+/// The stripe of `id`, locked, with the lane's scopes on `id` (if it holds
+/// the model) moved into the model's record.
+fn stripe(id: usize, me_id: u64) -> std::sync::MutexGuard<'static, Vec<Model>> {
+    let i = index(id);
+    let mut models = lock(&MODELS[i]);
+    if let Some(taken) = LANES[i].settle(me_id, id) {
+        // The lane held the model, so it had no record.
+        let mut leases = Leases::new();
+        leases.adopt(taken);
+        models.push(Model {
+            id,
+            leases,
+            served: 0,
+        });
+    }
+    models
+}
+
+/// What the lane's first scope on a model does: save its modes into
+/// `keep` (the guard's: nothing to erase or move through the lane), and
+/// switch them.
+#[inline]
+fn first<T: Trainable + ?Sized>(
+    model: &T,
+    training: bool,
+    keep: &mut Option<T::Modes>,
+) -> Result<Option<Saved>, String> {
+    match model.switch_training(training) {
+        Ok(saved) => {
+            *keep = Some(saved);
+            Ok(None)
+        }
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn word(training: bool) -> &'static str {
@@ -71,19 +111,50 @@ pub(crate) fn refuse_served(id: usize, what: &str) -> Result<(), TchError> {
     )))
 }
 
+/// Opens a scope on the model: its ticket, and the modes before it when
+/// this scope saved them and keeps them (the lane's first scope; see
+/// [`leave`]).
+#[inline]
 pub(super) fn enter<T: Trainable + ?Sized>(
     model: &T,
     id: usize,
     training: bool,
-) -> Result<u64, String>
+) -> Result<(u64, Option<T::Modes>), String>
 where
     T::Modes: Send + 'static,
 {
     let me_id = me();
-    let mut models = stripe(id);
+    let code = u8::from(training);
+    let mut keep = None;
+    let on_lane =
+        LANES[index(id)].enter(me_id, id, code, &training, |&t| first(model, t, &mut keep));
+    match on_lane {
+        Some(r) => r.map(|ticket| (ticket, keep)),
+        None => enter_locked(model, id, training, me_id),
+    }
+}
+
+#[inline(never)]
+fn enter_locked<T: Trainable + ?Sized>(
+    model: &T,
+    id: usize,
+    training: bool,
+    me_id: u64,
+) -> Result<(u64, Option<T::Modes>), String>
+where
+    T::Modes: Send + 'static,
+{
+    let mut models = stripe(id, me_id);
     let k = match models.iter().position(|m| m.id == id) {
         Some(k) => k,
         None => {
+            let lane = &LANES[index(id)];
+            let code = u8::from(training);
+            let mut keep = None;
+            let first = lane.acquire(me_id, id, code, &training, |&t| first(model, t, &mut keep));
+            if let Some(r) = first {
+                return r.map(|ticket| (ticket, keep));
+            }
             models.push(Model {
                 id,
                 leases: Leases::new(),
@@ -113,7 +184,7 @@ where
         // The first scope: save the modes while switching.
         model
             .switch_training(training)
-            .map(|saved| m.leases.saved = Some(Box::new(saved)))
+            .map(|saved| m.leases.saved = Some(Saved::new(saved)))
     } else if m.leases.in_force().is_some_and(|&t| t != training) {
         model.set_training(training)
     } else {
@@ -125,49 +196,104 @@ where
         }
         return Err(e.to_string());
     }
-    Ok(m.leases.push(holder, training, me_id))
+    Ok((m.leases.push(holder, training, me_id), None))
 }
 
 pub(super) type Restore<T> = fn(&T, Saved) -> Result<(), TchError>;
+
+/// What a guard of `T` needs to leave that `Drop` cannot name (it has not
+/// the bounds): keep its modes in the record (or the lane) for the last
+/// scope, and put saved modes back.
+pub(super) type Fns<T> = (fn(<T as Trainable>::Modes) -> Saved, Restore<T>);
+
+/// [`Fns`] for `T`.
+pub(super) fn fns<T: Trainable + ?Sized>() -> Fns<T>
+where
+    T::Modes: Send + 'static,
+{
+    (Saved::new::<T::Modes>, restore::<T>)
+}
 
 pub(super) fn restore<T: Trainable + ?Sized>(model: &T, saved: Saved) -> Result<(), TchError>
 where
     T::Modes: Send + 'static,
 {
-    match saved.downcast::<T::Modes>() {
-        Ok(saved) => model.restore_modes(*saved),
+    match saved.take::<T::Modes>() {
+        Ok(saved) => model.restore_modes(saved),
         Err(_) => Err(TchError::Torch(
             "the model's saved modes are of another type than this handle's".into(),
         )),
     }
 }
 
+/// Closes the scope of `ticket`. `kept`: the modes before the first scope
+/// on the model, when this scope's guard kept them; they are restored
+/// here if this scope is the last, or else left in the record (or the
+/// lane) for the last.
+#[inline]
 pub(super) fn leave<T: Trainable + ?Sized>(
     model: &T,
     id: usize,
     ticket: u64,
-    restore: Restore<T>,
+    mut kept: Option<T::Modes>,
+    (erase, restore): Fns<T>,
 ) -> Result<(), TchError> {
-    let mut models = stripe(id);
+    let me_id = me();
+    let on_lane =
+        LANES[index(id)].leave(me_id, id, ticket, |last, saved| match (last, kept.take()) {
+            (true, Some(modes)) => model.restore_modes(modes),
+            (true, None) => saved.take().map_or(Ok(()), |s| restore(model, s)),
+            (false, modes) => {
+                if let Some(modes) = modes {
+                    *saved = Some(erase(modes));
+                }
+                Ok(())
+            }
+        });
+    match on_lane {
+        Some(r) => r,
+        None => leave_locked(model, id, ticket, kept, (erase, restore), me_id),
+    }
+}
+
+#[inline(never)]
+fn leave_locked<T: Trainable + ?Sized>(
+    model: &T,
+    id: usize,
+    ticket: u64,
+    kept: Option<T::Modes>,
+    (erase, restore): Fns<T>,
+    me_id: u64,
+) -> Result<(), TchError> {
+    let mut models = stripe(id, me_id);
     let Some(k) = models.iter().position(|m| m.id == id) else {
         return Ok(());
     };
     let m = &mut models[k];
-    match m.leases.leave(ticket, same) {
-        Left::Nothing => Ok(()),
-        Left::Value(&training) => model.set_training(training),
+    let set = match m.leases.leave(ticket, same) {
+        Left::Nothing => None,
+        Left::Value(&training) => Some(training),
         // Still served: it stays in eval mode, as it is.
-        Left::Last if m.served > 0 => Ok(()),
-        Left::Last => match models.swap_remove(k).leases.saved.take() {
-            Some(saved) => restore(model, saved),
-            None => Ok(()),
-        },
+        Left::Last if m.served > 0 => None,
+        Left::Last => {
+            let saved = models.swap_remove(k).leases.saved.take();
+            return match (kept, saved) {
+                (Some(modes), _) => model.restore_modes(modes),
+                (None, Some(saved)) => restore(model, saved),
+                (None, None) => Ok(()),
+            };
+        }
+    };
+    if let Some(modes) = kept {
+        // Not the last: the modes stay for the last.
+        m.leases.saved = Some(erase(modes));
     }
+    set.map_or(Ok(()), |training| model.set_training(training))
 }
 
 /// Moves the entry of `ticket` onto the thread `to` (0: none).
 pub(super) fn step(id: usize, ticket: u64, to: u64) {
-    if let Some(m) = stripe(id).iter_mut().find(|m| m.id == id) {
+    if let Some(m) = stripe(id, me()).iter_mut().find(|m| m.id == id) {
         m.leases.step(ticket, to);
     }
 }
@@ -179,7 +305,7 @@ pub(super) fn serve<T: Trainable + ?Sized>(model: &T, id: usize) -> Result<(), S
 where
     T::Modes: Send + 'static,
 {
-    let mut models = stripe(id);
+    let mut models = stripe(id, me());
     match models.iter_mut().find(|m| m.id == id) {
         Some(m) => {
             if let Some(o) = m.leases.iter().rev().find(|o| o.value) {
@@ -194,7 +320,7 @@ where
         None => {
             let saved = model.switch_training(false).map_err(|e| e.to_string())?;
             let mut leases = Leases::new();
-            leases.saved = Some(Box::new(saved) as Saved);
+            leases.saved = Some(Saved::new(saved));
             models.push(Model {
                 id,
                 leases,
@@ -214,7 +340,7 @@ pub(super) fn unserve<T: Trainable + ?Sized>(
     id: usize,
     restore: Restore<T>,
 ) -> Result<(), TchError> {
-    let mut models = stripe(id);
+    let mut models = stripe(id, me());
     {
         let mut list = lock(&SERVED);
         if let Some(i) = list.iter().position(|&s| s == id) {
