@@ -52,7 +52,7 @@ for r in $(seq "$ROUNDS"); do
   run "$sha" "$tree" "$OUT/target-$sha" | tee -a "$log" >&2
   run tree "$ROOT" "${CARGO_TARGET_DIR:-$ROOT/target}" | tee -a "$log" >&2
 done
-python3 - "$log" "$sha" <<'EOF'
+python3 - "$log" "$sha" <<'EOF' | tee "$OUT/$sha.md"
 import re, sys, collections
 got, cur = collections.defaultdict(list), None
 for line in open(sys.argv[1]):
