@@ -25,6 +25,7 @@ thread_local! {
 /// let inside = scoped!(device(cpu) => current_device());
 /// assert_eq!(inside, tch::Device::Cpu);
 /// ```
+#[inline]
 pub fn current_device() -> Device {
     CURRENT.with(Cell::get)
 }
