@@ -13,7 +13,7 @@ constexpr auto CUDA = c10::DeviceType::CUDA;
 
 c10::impl::VirtualGuardImpl cuda() { return c10::impl::VirtualGuardImpl(CUDA); }
 
-c10::Device device(int8_t index) { return c10::Device(CUDA, static_cast<c10::DeviceIndex>(index)); }
+c10::Device cuda_device(int8_t index) { return c10::Device(CUDA, static_cast<c10::DeviceIndex>(index)); }
 
 c10::Stream unpack(tch_scope_stream s) {
   return c10::Stream::unpack3(s.id, static_cast<c10::DeviceIndex>(s.device), CUDA);
@@ -33,15 +33,15 @@ extern "C" {
 
 tch_scope_status tch_scope_stream_pool(int8_t index, bool high_priority, tch_scope_stream* out) {
   return tch_scope::guarded(
-      [&] { *out = pack(cuda().getStreamFromGlobalPool(device(index), high_priority)); });
+      [&] { *out = pack(cuda().getStreamFromGlobalPool(cuda_device(index), high_priority)); });
 }
 
 tch_scope_status tch_scope_stream_current(int8_t index, tch_scope_stream* out) {
-  return tch_scope::guarded([&] { *out = pack(cuda().getStream(device(index))); });
+  return tch_scope::guarded([&] { *out = pack(cuda().getStream(cuda_device(index))); });
 }
 
 tch_scope_status tch_scope_stream_default(int8_t index, tch_scope_stream* out) {
-  return tch_scope::guarded([&] { *out = pack(cuda().getDefaultStream(device(index))); });
+  return tch_scope::guarded([&] { *out = pack(cuda().getDefaultStream(cuda_device(index))); });
 }
 
 tch_scope_status tch_scope_stream_enter(tch_scope_stream s, int8_t* previous_device,
@@ -64,7 +64,7 @@ tch_scope_status tch_scope_stream_leave(int8_t previous_device, tch_scope_stream
   return tch_scope::guarded([&] {
     auto impl = cuda();
     impl.exchangeStream(unpack(previous_stream));
-    impl.setDevice(device(previous_device));
+    impl.setDevice(cuda_device(previous_device));
   });
 }
 
