@@ -541,3 +541,80 @@ fn a_refused_entry_leaves_nothing_behind() {
     // The setting is free again.
     drop(Sdpa::only([SdpaBackend::Flash]).enter().unwrap());
 }
+
+/// The lock-free lane under contention: four threads entering and leaving
+/// `detect_anomaly` and `deterministic` (one value each) as fast as they
+/// can, each scope nested or in a loop, so that the lanes are taken from
+/// their owners over and over (and stay on the lock after that); then
+/// tasks doing the same across awaits on a multi-thread runtime and on a
+/// current-thread runtime with a `LocalSet`. Inside every scope the mode is
+/// on; after the last, everything is as before.
+#[test]
+fn many_threads_and_tasks_share_one_value_and_the_last_out_restores() {
+    let _s = serial();
+    let before = global_state();
+    let barrier = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                barrier.wait();
+                for i in 0..20_000 {
+                    let a = DetectAnomaly::new().enter().unwrap();
+                    assert_eq!(anomaly_mode(), Some(true));
+                    if (i + t) % 3 == 0 {
+                        let d = Deterministic::new().enter().unwrap();
+                        assert_eq!(deterministic_mode(), Some(false));
+                        // Out of order: the outer scope ends first.
+                        drop(a);
+                        assert_eq!(deterministic_mode(), Some(false));
+                        drop(d);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(global_state(), before);
+
+    #[tch_scope::detect_anomaly]
+    async fn hold(rounds: usize) -> Result<usize, ScopeError> {
+        let mut on = 0;
+        for _ in 0..rounds {
+            tokio::task::yield_now().await;
+            on += usize::from(anomaly_mode() == Some(true));
+        }
+        Ok(on)
+    }
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .build()
+        .unwrap();
+    let on: usize = rt.block_on(async {
+        let tasks: Vec<_> = (0..32).map(|_| tokio::spawn(hold(50))).collect();
+        let mut on = 0;
+        for t in tasks {
+            on += t.await.unwrap().unwrap();
+        }
+        on
+    });
+    assert_eq!(on, 32 * 50, "the mode was on at every poll");
+    assert_eq!(global_state(), before);
+
+    let local = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let on: usize = tokio::task::LocalSet::new().block_on(&local, async {
+        let tasks: Vec<_> = (0..8).map(|_| tokio::task::spawn_local(hold(50))).collect();
+        let mut on = 0;
+        for t in tasks {
+            on += t.await.unwrap().unwrap();
+        }
+        on
+    });
+    assert_eq!(on, 8 * 50);
+    assert_eq!(global_state(), before);
+}
