@@ -60,6 +60,17 @@ pub(crate) fn nanos(start: u64, end: u64) -> u64 {
     clock().delta_as_nanos(start, end)
 }
 
+/// Nanoseconds of `ticks`, a wrapping difference `end - start` of two
+/// readings: one that wrapped ("negative", the clock went back) is 0.
+#[inline]
+pub(crate) fn ticks_nanos(ticks: u64) -> u64 {
+    if ticks > i64::MAX as u64 {
+        0
+    } else {
+        nanos(0, ticks)
+    }
+}
+
 /// Where readings come from, found out (and quanta calibrated) on the
 /// first call.
 fn source() -> u8 {

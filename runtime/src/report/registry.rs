@@ -204,12 +204,7 @@ pub(crate) fn record_run(site: &Site, ticks: u64, outcome: Outcome) {
     let shard = SHARD.get();
     // SAFETY: non-null only while `LOCAL` holds the shard on this thread.
     if shard.is_null() || !unsafe { &*shard }.push_run(id, ticks, outcome) {
-        let ns = if ticks > i64::MAX as u64 {
-            0
-        } else {
-            crate::clock::nanos(0, ticks)
-        };
-        record_time_slow(id, ns, outcome);
+        record_time_slow(id, crate::clock::ticks_nanos(ticks), outcome);
     }
 }
 

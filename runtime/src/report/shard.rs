@@ -139,16 +139,6 @@ struct Pending {
     cell: AtomicPtr<Cell>,
 }
 
-/// Nanoseconds of a pending run's ticks.
-fn nanos(ticks: u64) -> u64 {
-    // A wrapped (negative) difference: the clock went back, as zero.
-    if ticks > i64::MAX as u64 {
-        0
-    } else {
-        crate::clock::nanos(0, ticks)
-    }
-}
-
 impl Shard {
     pub(crate) fn new() -> Self {
         Self {
@@ -210,7 +200,7 @@ impl Shard {
             // SAFETY: the cell of the pending run, made by this thread; a
             // cell lives as long as its shard.
             let c = unsafe { &*p.cell.load(Ordering::Relaxed) };
-            c.add(nanos(ticks), outcome);
+            c.add(crate::clock::ticks_nanos(ticks), outcome);
             // Empty; Release: a reader that sees it empty sees the fold.
             p.seq.store(seq + 1, Ordering::Release);
             // And no store of the next run is seen before it (a seqlock's
@@ -268,7 +258,7 @@ impl Shard {
         });
         if let (Some((id, ticks, outcome, _)), false) = (pending, folded) {
             let mut one = TimeStats::default();
-            one.add(nanos(ticks), outcome);
+            one.add(crate::clock::ticks_nanos(ticks), outcome);
             merge_at(into, id, &one);
         }
     }
@@ -419,7 +409,10 @@ mod tests {
         let s = Shard::new();
         assert!(s.push_run(2, 1_000, Outcome::Completed));
         let one = read(&s, 2).unwrap();
-        assert_eq!((one.count, one.total_ns), (1, u128::from(nanos(1_000))));
+        assert_eq!(
+            (one.count, one.total_ns),
+            (1, u128::from(crate::clock::ticks_nanos(1_000)))
+        );
         assert!(s.push_run(2, 3_000, Outcome::Failed));
         assert!(s.push_run(5, 10, Outcome::Completed));
         let two = read(&s, 2).unwrap();
@@ -428,7 +421,11 @@ mod tests {
         assert!(s.add(5, 7, Outcome::Completed), "a run recorded at once");
         assert_eq!(read(&s, 5).unwrap().count, 2);
         assert!(!s.push_run(SITES, 1, Outcome::Completed));
-        assert_eq!(nanos(u64::MAX - 5), 0, "a clock that went back");
+        assert_eq!(
+            crate::clock::ticks_nanos(u64::MAX - 5),
+            0,
+            "a clock that went back"
+        );
     }
 
     #[test]
