@@ -81,7 +81,7 @@ load: libtorch
 # TCH_SCOPE_GLOO_INCLUDE. Its own target dir and Cargo.lock (tracked).
 DOWNSTREAM := $(abspath tests/downstream/Cargo.toml)
 DOWNSTREAM_CARGO = cd / && env LIBTORCH=$(abspath .libtorch) \
-	CXX=$${CXX:-$(abspath scripts/cxx)} \
+	CXX=$${CXX:-$(abspath scripts/cxx)} CC=$${CC:-$(abspath scripts/cc)} \
 	CARGO_TARGET_DIR=$(abspath target/downstream) $(CARGO)
 test-downstream: libtorch
 	$(DOWNSTREAM_CARGO) test --manifest-path $(DOWNSTREAM) --locked

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs ccache when it is missing and we are root (Debian's package), so
-# that the C++ compiled by cc-rs (torch-sys's bindings, tch-scope's shim) is
-# compiled once per machine: `make test` builds it in four places (the
-# workspace, clippy, trybuild's own target dir, the downstream crate's), and
-# every one after the first is a cache hit. scripts/cxx uses ccache when it
-# is there and the plain compiler when it is not: this is a speed-up, never
-# a requirement, so this script never fails.
+# that the C and C++ compiled by cc-rs (torch-sys's bindings, tch-scope's
+# shim, zstd-sys and bzip2-sys) is compiled once per machine: `make test`
+# builds it in four places (the workspace, clippy, trybuild's own target
+# dir, the downstream crate's), and every one after the first is a cache
+# hit. scripts/cxx and scripts/cc use ccache when it is there and the plain
+# compiler when it is not: this is a speed-up, never a requirement, so this
+# script never fails.
 set -uo pipefail
 
 say() { printf 'tch-scope bootstrap (ccache): %s\n' "$*" >&2; }
