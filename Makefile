@@ -78,11 +78,13 @@ load: libtorch
 # from a working directory outside the repository, because cargo reads
 # .cargo/config.toml from the working directory upward (--manifest-path
 # does not change that), and ours would hand it LIBTORCH and
-# TCH_SCOPE_GLOO_INCLUDE. Its own target dir and Cargo.lock (tracked).
+# TCH_SCOPE_GLOO_INCLUDE. Its own Cargo.lock (tracked); the workspace's
+# target dir, where cargo keeps each crate apart by features and profile,
+# so the registry crates the workspace built are reused (90 -> 36 s cold).
 DOWNSTREAM := $(abspath tests/downstream/Cargo.toml)
 DOWNSTREAM_CARGO = cd / && env LIBTORCH=$(abspath .libtorch) \
 	CXX=$${CXX:-$(abspath scripts/cxx)} CC=$${CC:-$(abspath scripts/cc)} \
-	CARGO_TARGET_DIR=$(abspath target/downstream) $(CARGO)
+	CARGO_TARGET_DIR=$(abspath target) $(CARGO)
 test-downstream: libtorch
 	$(DOWNSTREAM_CARGO) test --manifest-path $(DOWNSTREAM) --locked
 	$(DOWNSTREAM_CARGO) run --manifest-path $(DOWNSTREAM) --locked
