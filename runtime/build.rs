@@ -33,6 +33,7 @@ fn main() {
     println!("cargo::rerun-if-changed=csrc");
     println!("cargo::rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo::rerun-if-env-changed=TCH_SCOPE_SANITIZE");
+    println!("cargo::rerun-if-env-changed=TCH_SCOPE_SHIM_DEBUG");
     println!("cargo::rerun-if-env-changed=DOCS_RS");
     if env::var_os("CARGO_FEATURE_DOC_ONLY").is_some() || env::var_os("DOCS_RS").is_some() {
         return;
@@ -102,6 +103,11 @@ fn base(include: &std::path::Path) -> cc::Build {
     build
         .cpp(true)
         .pic(true)
+        // No debug info whatever the profile (`TCH_SCOPE_SHIM_DEBUG=1` for
+        // it): libtorch's headers make `-g` slow, and the same arguments in
+        // every profile let ccache reuse one build of the shim across target
+        // dirs (trybuild's, a downstream crate's).
+        .debug(env::var_os("TCH_SCOPE_SHIM_DEBUG").is_some())
         .std("c++20")
         .include(include)
         .define("_GLIBCXX_USE_CXX11_ABI", "1")
