@@ -19,6 +19,12 @@
 //! `peers/tch_scope_traced`, `peers/tch_scope_off`, `peers/fastrace`,
 //! `peers/puffin_on`, `peers/puffin_off`, `peers/tracing_chrome`.
 //!
+//! The group `peers_cpu` measures the same spans of tch-scope (traced) and
+//! fastrace by the process's CPU time, every thread's, with the recorder's
+//! own collection work included (fastrace's, drained by `flush`, is
+//! outside the timed part in `peers`): `peers_cpu/tch_scope_traced`,
+//! `peers_cpu/fastrace`.
+//!
 //! The group `metrics` measures that feature's cost per `timed` run, the
 //! same bench built twice: without the feature (`metrics/timed_without`,
 //! beside the peers) and with it, a Prometheus recorder installed
@@ -67,6 +73,50 @@ fn chunked<R, T>(
     });
 }
 
+/// As [`chunked`], but the process's CPU time over the whole call, every
+/// thread's, `drain` included, and `settle` at the end (it must hand the
+/// recorder's pending work to its threads and wait for it): what recording
+/// the spans costs the machine, wherever the recorder does the work.
+fn chunked_cpu<R, T>(
+    b: &mut Bencher<'_>,
+    mut root: impl FnMut() -> R,
+    mut span: impl FnMut() -> T,
+    mut drain: impl FnMut(),
+    mut settle: impl FnMut(),
+) {
+    b.iter_custom(|iters| {
+        let start = process_cpu();
+        let mut left = iters;
+        while left > 0 {
+            let n = left.min(CHUNK);
+            let r = root();
+            for _ in 0..n {
+                black_box(span());
+            }
+            drop(r);
+            drain();
+            left -= n;
+        }
+        settle();
+        process_cpu().saturating_sub(start)
+    });
+}
+
+/// CPU time of every thread of the process so far.
+fn process_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a clock every Linux has, and a timespec to write into.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &raw mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
 fn peers(c: &mut Criterion) {
     // With the `metrics` feature only its cost (the group `metrics`): the
     // peers are measured without it.
@@ -91,6 +141,47 @@ fn peers(c: &mut Criterion) {
     puffin_(&mut g);
     tracing_chrome_(&mut g);
     g.finish();
+
+    let mut g = c.benchmark_group("peers_cpu");
+    g.bench_function("tch_scope_traced", |b| {
+        tch_scope::trace::set_capacity(1 << 16).unwrap();
+        tch_scope::trace::start();
+        chunked_cpu(b, || (), || scoped!(timed => black_box(1)), || (), || ());
+        tch_scope::trace::stop();
+    });
+    g.bench_function("fastrace", |b| {
+        let mut chunks = 0u32;
+        chunked_cpu(
+            b,
+            fastrace_root,
+            fastrace_span,
+            // As in `peers`: a flush every 16 chunks (left to its collector
+            // thread alone at this rate, fastrace's queue spills and a span
+            // costs 2-3 times as much CPU), and one at the end.
+            || {
+                chunks += 1;
+                if chunks.is_multiple_of(16) {
+                    fastrace::flush();
+                }
+            },
+            fastrace::flush,
+        );
+    });
+    g.finish();
+}
+
+/// fastrace's root of a chunk: a root `Span`, set as the local parent.
+fn fastrace_root() -> (fastrace::local::LocalParentGuard, fastrace::Span) {
+    use fastrace::collector::SpanContext;
+    let root = fastrace::Span::root("root", SpanContext::random());
+    let guard = root.set_local_parent();
+    (guard, root)
+}
+
+/// fastrace's span: a `LocalSpan` under the local parent.
+fn fastrace_span() {
+    let _s = fastrace::prelude::LocalSpan::enter_with_local_parent("x");
+    black_box(1);
 }
 
 type Group<'a> = criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>;
@@ -99,8 +190,7 @@ type Group<'a> = criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>
 /// discarding what the collector thread hands it, as fastrace's own benches
 /// do.
 fn fastrace_(g: &mut Group<'_>) {
-    use fastrace::collector::{Config, Reporter, SpanContext};
-    use fastrace::prelude::{LocalSpan, Span, SpanRecord};
+    use fastrace::collector::{Config, Reporter, SpanRecord};
 
     struct Discard;
     impl Reporter for Discard {
@@ -114,15 +204,8 @@ fn fastrace_(g: &mut Group<'_>) {
     g.bench_function("fastrace", |b| {
         chunked(
             b,
-            || {
-                let root = Span::root("root", SpanContext::random());
-                let guard = root.set_local_parent();
-                (guard, root)
-            },
-            || {
-                let _s = LocalSpan::enter_with_local_parent("x");
-                black_box(1);
-            },
+            fastrace_root,
+            fastrace_span,
             // The collector thread wakes when its queue is half full; if it
             // falls behind, the queue spills into an unbounded deque: empty
             // it now and then.

@@ -423,6 +423,20 @@ def peers_section():
         ok = x <= y
         out.append(f"| {text} | {x / y:.2f}× | {'✅' if ok else '❌'} |")
         (met if ok else missed).append(f"{text} ({x / y:.2f}×)")
+    cpu = {f: criterion("peers_cpu", f) for f in ("tch_scope_traced", "fastrace")}
+    if None not in cpu.values():
+        t, f = cpu["tch_scope_traced"], cpu["fastrace"]
+        out += ["",
+                "The same two spans by the process's CPU time, every thread's, the recorder's "
+                "collection included (group `peers_cpu`): fastrace hands each span to its "
+                "collector, whose work (`flush`, every 16 batches and at the end) the table above "
+                "leaves out; tch-scope's span is complete in the ring and the report table when "
+                "it ends.",
+                "",
+                "| recorder | CPU ns / span, all threads | ÷ tch-scope |",
+                "|---|--:|--:|",
+                f"| tch-scope `timed`, trace recording | {ns(t)} | |",
+                f"| fastrace {vs['fastrace']}, reporting on | {ns(f)} | {ratio(f, t)} |"]
     out += ["", "Targets met: " + ("; ".join(met) or "—") + ".",
             "", "Targets missed: " + ("; ".join(missed) or "none") + "."]
     return out
