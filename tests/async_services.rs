@@ -1,4 +1,4 @@
-//! Issue 24: scopes in async code as services use it — handlers spawned on
+//! Scopes in async code as services use it — handlers spawned on
 //! a multi-thread runtime, async-trait methods, `-> impl Future`, awaits
 //! hidden in `join!`/`select!`, and measurement names of methods.
 

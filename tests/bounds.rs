@@ -1,4 +1,4 @@
-//! Issue 26: the bound on distinct measurement names. The bound and its
+//! The bound on distinct measurement names. The bound and its
 //! one notice are process-wide: a process of its own, one test.
 
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! The per-thread context scopes of issue 7: `autocast`, `profile` /
+//! The per-thread context scopes: `autocast`, `profile` /
 //! `record`, `checkpoint`, and the runtime `ScopeStack`. (The process-wide
 //! ones — RNG, anomaly mode, deterministic algorithms — live in
 //! `process_wide.rs`, a test binary of their own.)

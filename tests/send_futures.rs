@@ -1,4 +1,4 @@
-//! Issue 24: an attributed `async fn`, and a `scoped!` body that awaits,
+//! An attributed `async fn`, and a `scoped!` body that awaits,
 //! is `Send` whenever its body is, for every word whose state is not tied
 //! to one OS thread. These are compile-time checks (each `assert_send` is
 //! a type check) plus real spawns on a multi-thread runtime.

@@ -1,4 +1,4 @@
-//! Issue 26: `examples/serve.rs` as a real process on loopback — the
+//! `examples/serve.rs` as a real process on loopback — the
 //! 504/400/503 answers, the `/metrics` text through `promtool check
 //! metrics`, and a short load run by `examples/load.rs` (a few hundred
 //! requests, 16 at a time) with every output right (bitwise unbatched,

@@ -250,7 +250,7 @@ fn a_full_buffer_drops_the_oldest_and_counts_them() {
     assert_eq!(json["otherData"]["dropped_spans"], 7);
 }
 
-/// Issue 26: a thread's buffer is freed once a write has it, and the
+/// A thread's buffer is freed once a write has it, and the
 /// process-wide memory limit drops (and counts) the oldest spans.
 #[test]
 fn an_exited_threads_buffer_is_freed_once_written() {
@@ -557,7 +557,7 @@ fn with_the_tracing_feature_scopes_are_nested_tracing_spans() {
     );
 }
 
-/// Issue 24: a `timed` span held by a future is entered on each poll and
+/// A `timed` span held by a future is entered on each poll and
 /// exited before the poll returns, as `tracing::Instrumented` does: an
 /// event of another task polled on the same thread meanwhile is outside it.
 #[test]

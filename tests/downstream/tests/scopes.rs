@@ -166,7 +166,7 @@ fn precision_and_kernel_words_under_the_renamed_crate() {
     assert!(downstream::seeded_draw().equal(&downstream::seeded_draw()));
 }
 
-/// Issue 24: attributed async handlers spawned on a multi-thread runtime,
+/// Attributed async handlers spawned on a multi-thread runtime,
 /// their report rows read back (durations span the awaits: each handler
 /// sleeps 2 ms between two suspensions).
 #[test]
@@ -195,7 +195,7 @@ fn scoped_async_handlers_spawn_and_report() {
     assert!(!ts::is_inference_mode_enabled());
 }
 
-/// Issue 28: exact tensor bytes and a trace marker, from a user's crate.
+/// Exact tensor bytes and a trace marker, from a user's crate.
 #[test]
 fn tensor_memory_and_trace_marks_under_the_renamed_crate() {
     let kept = ts::scoped!(tensor_memory("downstream::kept") => {
