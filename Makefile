@@ -80,7 +80,7 @@ load: libtorch
 # does not change that), and ours would hand it LIBTORCH and
 # TCH_SCOPE_GLOO_INCLUDE. Its own Cargo.lock (tracked); the workspace's
 # target dir, where cargo keeps each crate apart by features and profile,
-# so the registry crates the workspace built are reused (90 -> 36 s cold).
+# so the registry crates the workspace built are reused.
 DOWNSTREAM := $(abspath tests/downstream/Cargo.toml)
 DOWNSTREAM_CARGO = cd / && env LIBTORCH=$(abspath .libtorch) \
 	CXX=$${CXX:-$(abspath scripts/cxx)} CC=$${CC:-$(abspath scripts/cc)} \
