@@ -150,20 +150,14 @@ fn peers(c: &mut Criterion) {
         tch_scope::trace::stop();
     });
     g.bench_function("fastrace", |b| {
-        let mut chunks = 0u32;
         chunked_cpu(
             b,
             fastrace_root,
             fastrace_span,
-            // As in `peers`: a flush every 16 chunks (left to its collector
-            // thread alone at this rate, fastrace's queue spills and a span
-            // costs 2-3 times as much CPU), and one at the end.
-            || {
-                chunks += 1;
-                if chunks.is_multiple_of(16) {
-                    fastrace::flush();
-                }
-            },
+            // As in `peers` (left to its collector thread alone at this
+            // rate, fastrace's queue spills and a span costs 2-3 times as
+            // much CPU), and a flush at the end.
+            fastrace_drain(),
             fastrace::flush,
         );
     });
@@ -176,6 +170,19 @@ fn fastrace_root() -> (fastrace::local::LocalParentGuard, fastrace::Span) {
     let root = fastrace::Span::root("root", SpanContext::random());
     let guard = root.set_local_parent();
     (guard, root)
+}
+
+/// fastrace's drain between chunks: a flush every 16. Its collector thread
+/// wakes when its queue is half full; if it falls behind, the queue spills
+/// into an unbounded deque: empty it now and then.
+fn fastrace_drain() -> impl FnMut() {
+    let mut chunks = 0u32;
+    move || {
+        chunks += 1;
+        if chunks.is_multiple_of(16) {
+            fastrace::flush();
+        }
+    }
 }
 
 /// fastrace's span: a `LocalSpan` under the local parent.
@@ -200,22 +207,8 @@ fn fastrace_(g: &mut Group<'_>) {
     }
 
     fastrace::set_reporter(Discard, Config::default());
-    let mut chunks = 0u32;
     g.bench_function("fastrace", |b| {
-        chunked(
-            b,
-            fastrace_root,
-            fastrace_span,
-            // The collector thread wakes when its queue is half full; if it
-            // falls behind, the queue spills into an unbounded deque: empty
-            // it now and then.
-            || {
-                chunks += 1;
-                if chunks.is_multiple_of(16) {
-                    fastrace::flush();
-                }
-            },
-        );
+        chunked(b, fastrace_root, fastrace_span, fastrace_drain());
     });
     fastrace::flush();
 }
