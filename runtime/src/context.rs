@@ -1,33 +1,5 @@
-//! [`Context`]: a request's scopes, carried to the thread that does its work.
-//!
-//! Serving code often receives a request on one thread (an async handler)
-//! and runs the model on another (a worker fed by a channel, as
-//! text-embeddings-inference and rust-bert's `batched_fn` do). Grad mode,
-//! inference mode, autocast, the current device and a `deadline` are per
-//! OS thread, so they stay behind. [`Context::capture`] takes them along
-//! in a `Send + 'static` value; `with(ctx)` (or [`Scope::enter`]) makes
-//! them the worker's for the scope, and the worker's own state comes back
-//! when it ends, on every exit path, panics included.
-//!
-//! libtorch's part is an `at::ThreadLocalState`, as `at::launch` and the
-//! autograd engine carry it between threads: grad mode and the other
-//! autograd flags, the TLS dispatch-key sets (which hold inference mode,
-//! the autocast flags and an open deadline's check), the autocast dtypes,
-//! debug info and the `RecordFunction` thread state. tch-scope adds
-//! autocast's cast-cache flag, the open deadline itself and the current
-//! device ([`current_device`](crate::current_device) and the current CUDA
-//! device). Inside the scope the captured state is the whole state: the
-//! worker's own grad mode, deadline or autocast do not apply there (enter
-//! more scopes inside to add to it: a `deadline` entered inside still
-//! counts, the earliest wins). Thread-local profiler callbacks travel too,
-//! so a context captured inside [`profile`](crate::Profile) records the
-//! worker's operators into that profile: enter it only while the profile
-//! is open. Process-wide settings (`seed`, `threads`, `deterministic`, …)
-//! need no carrying.
-//!
-//! While the [trace](crate::trace) records, entering a context captured
-//! during the recording writes a flow event from the capture to the entry,
-//! so Perfetto draws an arrow from the request's span to the worker's.
+//! [`Context`]: a request's scopes, carried to the thread that does its
+//! work (documented on the type, where the rustdoc shows it).
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
@@ -58,8 +30,7 @@ unsafe extern "C" {
 const NO_DEADLINE: i64 = i64::MAX;
 
 /// This thread's grad mode, inference mode, autocast state, current device
-/// and open deadline, to enter on another thread (see the [module
-/// docs](self)).
+/// and open deadline, to enter on another thread.
 ///
 /// `Send + Sync + 'static` and cheap to clone (a reference count): capture
 /// it where the request arrives, move it to the worker with the request,
@@ -93,6 +64,35 @@ const NO_DEADLINE: i64 = i64::MAX;
 /// drop(tx);
 /// worker.join().unwrap();
 /// ```
+///
+/// Serving code often receives a request on one thread (an async handler)
+/// and runs the model on another (a worker fed by a channel, as
+/// text-embeddings-inference and rust-bert's `batched_fn` do). Grad mode,
+/// inference mode, autocast, the current device and a `deadline` are per
+/// OS thread, so they stay behind. [`Context::capture`] takes them along
+/// in a `Send + 'static` value; `with(ctx)` (or [`Scope::enter`]) makes
+/// them the worker's for the scope, and the worker's own state comes back
+/// when it ends, on every exit path, panics included.
+///
+/// libtorch's part is an `at::ThreadLocalState`, as `at::launch` and the
+/// autograd engine carry it between threads: grad mode and the other
+/// autograd flags, the TLS dispatch-key sets (which hold inference mode,
+/// the autocast flags and an open deadline's check), the autocast dtypes,
+/// debug info and the `RecordFunction` thread state. tch-scope adds
+/// autocast's cast-cache flag, the open deadline itself and the current
+/// device ([`current_device`](crate::current_device) and the current CUDA
+/// device). Inside the scope the captured state is the whole state: the
+/// worker's own grad mode, deadline or autocast do not apply there (enter
+/// more scopes inside to add to it: a `deadline` entered inside still
+/// counts, the earliest wins). Thread-local profiler callbacks travel too,
+/// so a context captured inside [`profile`](crate::Profile) records the
+/// worker's operators into that profile: enter it only while the profile
+/// is open. Process-wide settings (`seed`, `threads`, `deterministic`, …)
+/// need no carrying.
+///
+/// While the [trace](crate::trace) records, entering a context captured
+/// during the recording writes a flow event from the capture to the entry,
+/// so Perfetto draws an arrow from the request's span to the worker's.
 #[derive(Clone)]
 pub struct Context {
     inner: Arc<Captured>,

@@ -1,6 +1,6 @@
 //! CUDA streams and events: [`Stream`] (the `stream(s)` scope) and
 //! [`Event`]. Without a CUDA device every call returns a
-//! [`ScopeError`](crate::ScopeError) saying so.
+//! [`ScopeError`] saying so.
 //!
 //! (Inside the crate, this module is CUDA through the shim: the device
 //! count, the thread's current device, synchronisation, the caching

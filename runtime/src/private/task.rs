@@ -1,24 +1,24 @@
-//! [`Task`]: a process-wide scope as the macros enter it.
-//!
-//! The guards of process-wide words (`seed`, `deterministic`, `eval(model)`,
-//! …) are `!Send`: a registry entry is active on the thread that entered
-//! it, and a scope entered later on that thread nests in it. A guard moved
-//! to another thread by hand would still count as its first thread's, and
-//! that thread's next scope would nest in a scope it no longer holds.
-//!
-//! A future spanned by such a scope must still move between threads: the
-//! macros' [`Spanned`](crate::Spanned) steps its guard off the thread when
-//! a poll suspends ([`Scope::suspend`]) and onto the next poll's thread
-//! ([`Scope::resume`]), so the holder follows the guard. The macros wrap
-//! every process-wide word in `Task`, whose guard is `Send` when the word's
-//! guard is [`MovesWithTask`]. A synchronous expansion's guard is a hidden
-//! local of one stack frame, so it never moves.
+//! [`Task`]: a process-wide scope as the macros enter it (documented on
+//! the type).
 
 pub use crate::process_wide::MovesWithTask;
 use crate::{Outcome, Scope};
 
-/// A scope whose guard may move with the task that holds it (see the
-/// [module docs](self)).
+/// A scope whose guard may move with the task that holds it.
+///
+/// The guards of process-wide words (`seed`, `deterministic`, `eval(model)`,
+/// …) are `!Send`: a registry entry is active on the thread that entered
+/// it, and a scope entered later on that thread nests in it. A guard moved
+/// to another thread by hand would still count as its first thread's, and
+/// that thread's next scope would nest in a scope it no longer holds.
+///
+/// A future spanned by such a scope must still move between threads: the
+/// macros' [`Spanned`](crate::Spanned) steps its guard off the thread when
+/// a poll suspends ([`Scope::suspend`]) and onto the next poll's thread
+/// ([`Scope::resume`]), so the holder follows the guard. The macros wrap
+/// every process-wide word in `Task`, whose guard is `Send` when the word's
+/// guard is [`MovesWithTask`]. A synchronous expansion's guard is a hidden
+/// local of one stack frame, so it never moves.
 #[derive(Debug, Clone, Copy)]
 pub struct Task<S>(pub S);
 

@@ -1,26 +1,5 @@
-//! `threads(n)`: libtorch's intra-op thread count (`torch.set_num_threads`)
-//! for the scope, the old count put back when the last overlapping scope
-//! ends.
-//!
-//! With libtorch's OpenMP build the count is only partly process-wide:
-//! `at::set_num_threads` stores a process value *and* sets the calling
-//! thread's OpenMP count, and every other thread copies the process value
-//! at its first parallel op, then keeps its own. Measured
-//! (`tests/concurrent.rs`, `threads_reaches_new_threads_and_the_entering_one_only`):
-//!
-//! - the thread that enters the scope, and a thread that runs its first op
-//!   while the scope is open, use `n`;
-//! - a thread that ran an op before the scope opened keeps its count: the
-//!   scope does not reach it;
-//! - at the end, the process value and the count of the thread that leaves
-//!   the last scope are put back, so a thread born after uses the old count.
-//!
-//! What cannot be put back: a thread that first ran an op inside the scope
-//! keeps `n` for its life, and when the last scope ends on another thread
-//! than the first entered (scopes of two threads sharing `n`, or a task
-//! that moved), the entering thread keeps `n` too. libtorch offers no way
-//! to set another thread's OpenMP count. For a pool of worker threads, set
-//! the count once at start-up, or enter `threads(n)` on each worker.
+//! `threads(n)`: libtorch's intra-op thread count for the scope
+//! (documented on [`Threads`], where the rustdoc shows it).
 
 use crate::process_wide::{self, Held, Registry};
 use crate::{Scope, ScopeError};
@@ -36,13 +15,36 @@ use crate::{Scope, ScopeError};
 /// assert_eq!(tch::get_num_threads(), before);
 /// assert!(Threads(0).enter().is_err());
 /// ```
+///
+/// for the scope, the old count put back when the last overlapping scope
+/// ends.
+///
+/// With libtorch's OpenMP build the count is only partly process-wide:
+/// `at::set_num_threads` stores a process value *and* sets the calling
+/// thread's OpenMP count, and every other thread copies the process value
+/// at its first parallel op, then keeps its own. Measured
+/// (`tests/concurrent.rs`, `threads_reaches_new_threads_and_the_entering_one_only`):
+///
+/// - the thread that enters the scope, and a thread that runs its first op
+///   while the scope is open, use `n`;
+/// - a thread that ran an op before the scope opened keeps its count: the
+///   scope does not reach it;
+/// - at the end, the process value and the count of the thread that leaves
+///   the last scope are put back, so a thread born after uses the old count.
+///
+/// What cannot be put back: a thread that first ran an op inside the scope
+/// keeps `n` for its life, and when the last scope ends on another thread
+/// than the first entered (scopes of two threads sharing `n`, or a task
+/// that moved), the entering thread keeps `n` too. libtorch offers no way
+/// to set another thread's OpenMP count. For a pool of worker threads, set
+/// the count once at start-up, or enter `threads(n)` on each worker.
 #[derive(Debug, Clone, Copy)]
 pub struct Threads(pub usize);
 
 /// Holds the count; the last guard of all those open (on any thread, in
 /// any order) puts back the count found before the first. Not `Send` (see
-/// [process-wide words](crate#process-wide-words)); see the
-/// [module docs](self) for the per-thread part of the count.
+/// [process-wide words](crate#process-wide-words)); see
+/// [`Threads`] for the per-thread part of the count.
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct ThreadsGuard {
