@@ -10,6 +10,10 @@
 //!
 //! A process of its own: the exit hook and the file-size limit
 //! are process-wide.
+//!
+//! Its modules: checkpoints in tasks that share threads
+//! (`checkpoint_tasks.rs`), and a folder that can't be fsynced after the
+//! rename (`checkpoint_durability.rs`).
 
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -24,6 +28,9 @@ use tch_scope::{
     Checkpoint, Deadline, NoGrad, Outcome, Scope, ScopeError, ScopeStack, Trainable, log_metric,
     metrics, scoped, try_scoped,
 };
+
+mod checkpoint_durability;
+mod checkpoint_tasks;
 
 const CHILD_ENV: &str = "TCH_SCOPE_CHECKPOINT_FAULTS_CHILD";
 

@@ -13,6 +13,18 @@
 //!   renamed over the destination is dropped instead of renamed, so the
 //!   destination keeps the save that began last, however long each took to
 //!   write (within this process).
+//!
+//! A save whose rename succeeded but whose folder's fsync then failed is
+//! **saved, not failed**: the new file is in place and complete (its data
+//! was fsynced before the rename), every reader sees it, and the promise
+//! above still holds after a power loss or an OS crash (the old file or the
+//! new one, never a torn one). What the failed fsync leaves unconfirmed is
+//! only that the new file, rather than the old one, survives such a crash.
+//! So it is [`Replaced::Unsynced`], not an error: the caller's save counts
+//! as done, and [`unsynced`] tells the exit hook (a notice, as a
+//! `tracing` event too with the `tracing` feature, never the `Err` of a
+//! `try_scoped!`), since a folder that can't be fsynced is a disk or a
+//! file system to look at.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -118,26 +130,55 @@ impl Drop for Turn {
 }
 
 /// How a save in [`replace_in_turn`] ended well.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Replaced {
-    /// The new file is in place.
+    /// The new file is in place, durably.
     Written,
+    /// The new file is in place and complete, but the fsync of its folder
+    /// failed (the reason): a power loss or an OS crash may bring back the
+    /// previous file (see the module docs). Saved, not failed.
+    Unsynced(String),
     /// A save that began later was renamed over the destination first:
     /// this one was dropped, the destination keeps the later one.
     Superseded,
 }
 
 /// Calls `write(temp)` and moves the result over `path` durably. On failure
-/// the temporary file is removed and `path` keeps its old contents.
+/// the temporary file is removed and `path` keeps its old contents. A save
+/// whose folder could not be fsynced is `Ok` (it is in place and complete)
+/// and is told to the exit hook as a notice (see [`unsynced`]).
 pub(crate) fn replace(
     path: &Path,
     write: impl FnOnce(&Path) -> Result<(), String>,
 ) -> Result<(), String> {
-    replace_in_turn(path, &Turn::take(destination(path)), write).map(|_| ())
+    if let Replaced::Unsynced(why) = replace_in_turn(path, &Turn::take(destination(path)), write)? {
+        unsynced("save", path, &why);
+    }
+    Ok(())
+}
+
+/// Tells the exit hook that `scope` saved `path` in full but could not
+/// fsync its folder (`why`): a notice, never the `Err` of the scope being
+/// left (see the module docs).
+pub(crate) fn unsynced(scope: &'static str, path: &Path, why: &str) {
+    crate::exit::notify(crate::ExitError::new(
+        scope,
+        format!(
+            "saved {} in full, but {why}: the save is not confirmed durable \
+             (after a power loss or an OS crash the path may hold the previous \
+             file; never a torn one)",
+            path.display()
+        ),
+    ));
 }
 
 /// [`replace`] in `turn`: the rename happens only if no save with a later
 /// turn has been renamed over `path` meanwhile.
+///
+/// # Errors
+/// The write, the temporary file's fsync or the rename failed: `path`
+/// keeps its old contents. A failed fsync of the folder after the rename
+/// is no error: [`Replaced::Unsynced`].
 pub(crate) fn replace_in_turn(
     path: &Path,
     turn: &Turn,
@@ -163,11 +204,16 @@ pub(crate) fn replace_in_turn(
             fs::rename(&tmp, path).map_err(|e| io("cannot rename", e))?;
             order.renamed = turn.n;
         }
-        sync_dir(path)
-            .map_err(|e| format!("cannot fsync the folder of {}: {e}", path.display()))?;
-        Ok(Replaced::Written)
+        // Renamed: from here on the save is done, whatever the fsync says.
+        Ok(match sync_dir(path) {
+            Ok(()) => Replaced::Written,
+            Err(e) => Replaced::Unsynced(format!(
+                "could not fsync its folder {}: {e}",
+                folder(path).display()
+            )),
+        })
     });
-    if !matches!(result, Ok(Replaced::Written)) {
+    if !matches!(result, Ok(Replaced::Written | Replaced::Unsynced(_))) {
         let _ = fs::remove_file(&tmp);
     }
     result
@@ -175,6 +221,9 @@ pub(crate) fn replace_in_turn(
 
 /// Makes the rename itself durable.
 fn sync_dir(path: &Path) -> io::Result<()> {
+    if let Some(e) = crate::ffi::injected_fault("durable::sync_dir") {
+        return Err(io::Error::other(e));
+    }
     File::open(folder(path))?.sync_all()
 }
 
@@ -348,6 +397,50 @@ mod tests {
         );
         let key = destination(&path);
         assert!(!orders().as_ref().is_some_and(|m| m.contains_key(&key)));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The folder's fsync fails after the rename: the save is in place and
+    /// complete, reported as saved but not confirmed durable.
+    #[test]
+    fn a_failed_folder_fsync_after_the_rename_is_a_save() {
+        let dir = scratch("unsynced");
+        let path = dir.join("f.bin");
+        fs::write(&path, b"old").unwrap();
+        let write = |tmp: &Path| {
+            let out = Output::create(tmp)?;
+            out.writer().write_all(b"new").unwrap();
+            out.finish()
+        };
+        crate::ffi::inject_fault("durable::sync_dir", 1);
+        let r = replace_in_turn(&path, &Turn::take(destination(&path)), write);
+        let Ok(Replaced::Unsynced(why)) = r else {
+            panic!("saved, not durable: {r:?}");
+        };
+        assert!(
+            why.starts_with("could not fsync its folder ")
+                && why.ends_with(": injected fault in durable::sync_dir"),
+            "{why}"
+        );
+        assert_eq!(fs::read(&path).unwrap(), b"new");
+        // `replace` (profile, trace): `Ok`, the notice goes to the hook.
+        crate::ffi::inject_fault("durable::sync_dir", 1);
+        let write = |tmp: &Path| {
+            let out = Output::create(tmp)?;
+            out.writer().write_all(b"newer").unwrap();
+            out.finish()
+        };
+        assert_eq!(replace(&path, write), Ok(()));
+        assert_eq!(fs::read(&path).unwrap(), b"newer");
+        assert!(
+            crate::ffi::injected_fault("durable::sync_dir").is_none(),
+            "used up"
+        );
+        assert_eq!(
+            fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temporary file left"
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 

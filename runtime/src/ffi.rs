@@ -45,15 +45,37 @@ fn last_error() -> String {
 }
 
 /// Test-only fault injection: the next `times` calls on this thread of the
-/// status-returning shim function `op` (`"tch_scope_rng_restore"`) fail with
-/// `"injected fault in <op>"`; `op = "*"` matches any of them; `times = 0`
-/// disarms. Compiled in always (one
+/// status-returning shim function `op` (`"tch_scope_rng_restore"`), or of
+/// one of the Rust side's own fallible steps that asks [`injected_fault`]
+/// (`"durable::sync_dir"`: the folder's fsync after a crash-safe rename),
+/// fail with `"injected fault in <op>"`; `op = "*"` matches any of them;
+/// `times = 0` disarms. Compiled in always (one
 /// thread-local read per fallible shim call), reachable only through
 /// `__private`.
 pub fn inject_fault(op: &str, times: u32) {
+    RUST_FAULT.with_borrow_mut(|f| *f = (op.to_owned(), times));
     let op = std::ffi::CString::new(op).expect("a shim function name has no NUL byte");
     // SAFETY: a NUL-terminated string the shim copies; a plain integer.
     unsafe { tch_scope_fault_inject(op.as_ptr(), i32::try_from(times).unwrap_or(i32::MAX)) }
+}
+
+thread_local! {
+    /// [`inject_fault`]'s switch for the Rust side: the op and how many
+    /// more times it fails.
+    static RUST_FAULT: std::cell::RefCell<(String, u32)> =
+        const { std::cell::RefCell::new((String::new(), 0)) };
+}
+
+/// Test-only: `"injected fault in <op>"` when the Rust side's step `op` is
+/// to fail this time (see [`inject_fault`]), else `None`.
+pub(crate) fn injected_fault(op: &str) -> Option<String> {
+    RUST_FAULT.with_borrow_mut(|(armed, times)| {
+        if *times == 0 || (armed != "*" && armed != op) {
+            return None;
+        }
+        *times -= 1;
+        Some(format!("injected fault in {op}"))
+    })
 }
 
 /// Whether the shim was built against a CUDA libtorch (and so keeps

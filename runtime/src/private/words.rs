@@ -187,17 +187,21 @@ pub fn record(name: impl AsRef<str>) -> Record {
 }
 
 /// `checkpoint(vs, path, resume, save_on_failure = b)`: the macros pass
-/// `&(vs)`, so the scope borrows the VarStore.
+/// `&(vs)`, so the scope borrows the VarStore. A `Task`, so that a future
+/// holding it moves between threads (its guard steps off the thread at
+/// each suspension).
 #[inline]
 pub fn checkpoint<'a>(
     vs: &'a tch::nn::VarStore,
     path: impl AsRef<Path>,
     resume: bool,
     save_on_failure: bool,
-) -> Checkpoint<'a> {
-    Checkpoint::new(vs, path)
-        .resume(resume)
-        .save_on_failure(save_on_failure)
+) -> Task<Checkpoint<'a>> {
+    Task(
+        Checkpoint::new(vs, path)
+            .resume(resume)
+            .save_on_failure(save_on_failure),
+    )
 }
 
 #[inline(always)]

@@ -15,7 +15,7 @@ use tch::{Device, Kind, TchError, Tensor};
 use super::{Metrics, PREFIX};
 use crate::NoGrad;
 use crate::Scope;
-use crate::durable::{self, Turn};
+use crate::durable::{self, Replaced, Turn};
 use crate::scopes::deadline::DeadlineExcluded;
 use crate::sync::lock;
 
@@ -36,7 +36,12 @@ fn variables(vs: &VarStore) -> MutexGuard<'_, Variables> {
 
 /// Writes the variables and the metric log to `path`, crash-safely, in
 /// `turn`. Only tch's fallible calls: it runs in `Drop`.
-pub(super) fn save(vs: &VarStore, path: &Path, turn: &Turn, log: &Metrics) -> Result<(), String> {
+pub(super) fn save(
+    vs: &VarStore,
+    path: &Path,
+    turn: &Turn,
+    log: &Metrics,
+) -> Result<Replaced, String> {
     let metrics = log
         .0
         .iter()
@@ -67,7 +72,6 @@ pub(super) fn save(vs: &VarStore, path: &Path, turn: &Turn, log: &Metrics) -> Re
         out.finish()?;
         written
     })
-    .map(|_| ())
 }
 
 /// The shape of `t`. Through torch-sys: tch's `size()` unwraps.

@@ -10,7 +10,9 @@
 //! and the final flush checked, fsynced, renamed over `path`, and the folder
 //! fsynced: a process killed at any moment, a full disk or a file-size limit
 //! leaves the previous checkpoint or the new one, never a torn file; a save
-//! that fails is reported (see [`CheckpointGuard`]), never an abort.
+//! that fails is reported (see [`CheckpointGuard`]), never an abort. A save
+//! whose rename succeeded but whose folder's fsync failed is saved, not
+//! failed: the exit hook hears that its durability is not confirmed.
 //! With `resume`, entering loads `path` into the VarStore when it exists.
 //!
 //! # Exits
@@ -41,7 +43,24 @@
 //! innermost open checkpoint of the thread (like [`current_device`]
 //! (crate::current_device) names the innermost device), so no handle has to
 //! be threaded through the body or through functions it calls — and
-//! `#[checkpoint(..)]` on a function works the same. The log is saved in
+//! `#[checkpoint(..)]` on a function works the same.
+//!
+//! In async code (an `async fn` with `#[checkpoint(..)]`, a `scoped!`
+//! body that awaits) a checkpoint is open on a thread only while its task
+//! is being polled there: when a poll suspends, the checkpoint steps off
+//! the thread ([`Scope::suspend`]), and the next poll puts it back on top
+//! of whatever is open on the polling thread ([`Scope::resume`]). So a
+//! task's metrics go to its own checkpoint however its polls interleave
+//! with other tasks' (`join!`, `FuturesUnordered`, a `LocalSet`, a
+//! current-thread runtime), and the task may move between the threads of
+//! a multi-thread runtime: the macros' future is `Send`. Between two polls
+//! of a task, neither [`log_metric`] nor [`metrics`] on that thread sees
+//! its checkpoint. Likewise, with
+//! [`save_on_failure(false)`](Checkpoint::save_on_failure), an operator
+//! refused by a deadline counts against the checkpoint only if it was
+//! refused while its own task was being polled.
+//!
+//! The log is saved in
 //! the *same* file as the weights, as f64 tensors named
 //! `__tch_scope_metric__.<name>`, so weights and metrics are replaced
 //! together, atomically; `resume` restores both, and [`metrics`] reads the
@@ -53,7 +72,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use tch::nn::VarStore;
 
@@ -61,9 +80,10 @@ mod file;
 
 use file::{load, save};
 
-use crate::durable::{self, Turn};
+use crate::durable::{self, Replaced, Turn};
 use crate::error::DeviceName;
 use crate::scopes::deadline::{self, DeadlineExcluded};
+use crate::sync::lock;
 use crate::{Outcome, Scope, ScopeError};
 
 const PREFIX: &str = "__tch_scope_metric__.";
@@ -107,9 +127,34 @@ impl Metrics {
     }
 }
 
+/// One checkpoint's log, shared by its guard and the stack of the thread
+/// it is open on (a lock, not a `RefCell`: the guard of a task moves
+/// between threads with it).
+type Log = Arc<Mutex<Metrics>>;
+
 thread_local! {
-    /// The metric logs of this thread's open checkpoints, innermost last.
-    static OPEN: RefCell<Vec<Rc<RefCell<Metrics>>>> = const { RefCell::new(Vec::new()) };
+    /// The metric logs of the checkpoints open on this thread, innermost
+    /// last: those entered here and not left, less those of tasks
+    /// suspended meanwhile (see the module docs).
+    static OPEN: RefCell<Vec<Log>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Puts `log` on top of this thread's open checkpoints.
+fn open(log: &Log) {
+    OPEN.with_borrow_mut(|open| open.push(Arc::clone(log)));
+}
+
+/// Takes `log` off this thread's open checkpoints, wherever it is (the
+/// innermost usually; searched, so that hand-held guards dropped out of
+/// order stay right). Nothing if it is not there.
+fn close(log: &Log) {
+    // `try_with`: a guard dropped while the thread's locals are torn down.
+    let _ = OPEN.try_with(|open| {
+        let mut open = open.borrow_mut();
+        if let Some(i) = open.iter().rposition(|l| Arc::ptr_eq(l, log)) {
+            open.remove(i);
+        }
+    });
 }
 
 /// Appends `value` under `name` to the innermost open checkpoint of this
@@ -121,7 +166,7 @@ thread_local! {
 pub fn log_metric(name: &str, value: f64) -> bool {
     OPEN.with_borrow(|open| match open.last() {
         Some(log) => {
-            let mut log = log.borrow_mut();
+            let mut log = lock(log);
             log.0.entry(name.to_owned()).or_default().push(value);
             true
         }
@@ -136,7 +181,7 @@ pub fn log_metric(name: &str, value: f64) -> bool {
 /// assert_eq!(tch_scope::metrics(), None);
 /// ```
 pub fn metrics() -> Option<Metrics> {
-    OPEN.with_borrow(|open| open.last().map(|log| log.borrow().clone()))
+    OPEN.with_borrow(|open| open.last().map(|log| lock(log).clone()))
 }
 
 /// Saves `vs` (and the metric log) to `path` when the scope ends: a
@@ -233,6 +278,14 @@ impl<'a> Checkpoint<'a> {
 /// [`scoped!`](crate::scoped) as a panic; on a failed path (a panic, an
 /// `Err`, a passed deadline: the caller gets that error) or a plain drop,
 /// the exit hook ([`set_exit_hook`](crate::set_exit_hook)) hears it.
+///
+/// A save whose rename succeeded but whose folder then could not be
+/// fsynced is done, not failed: the new file is in place and complete (its
+/// data was fsynced before the rename), so no `Err` and no panic. Only its
+/// surviving a power loss or an OS crash is unconfirmed (the path then
+/// holds the previous file or the new one, never a torn one): the exit
+/// hook hears a notice, "saved … in full, but could not fsync its folder
+/// …: the save is not confirmed durable …".
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 #[derive(Debug)]
 pub struct CheckpointGuard<'a> {
@@ -240,14 +293,26 @@ pub struct CheckpointGuard<'a> {
     path: PathBuf,
     /// `path` as the order of the saves knows it (see `durable::Turn`).
     destination: PathBuf,
-    log: Rc<RefCell<Metrics>>,
+    log: Log,
     save_on_failure: bool,
     /// How the body ended, when `Scope::exit` told it.
     outcome: Option<Outcome>,
-    /// The thread's count of operators refused by deadlines, at entry.
+    /// The polling thread's count of operators refused by deadlines, at
+    /// entry or at the last resume.
     trips: u64,
+    /// Whether a deadline refused an operator during an earlier poll.
+    tripped: bool,
+    /// Open on the thread that entered it (`OPEN`); only a suspended task
+    /// moves it (see `MovesWithTask` below).
     _not_send: crate::PhantomNotSend,
 }
+
+// SAFETY: the guard's one tie to a thread is its entry in that thread's
+// `OPEN`, which `suspend` takes off the thread a poll leaves and `resume`
+// puts on the thread of the next poll (`Spanned` calls them around each
+// move, and before it drops the guard); its other fields are `Send`
+// (`&VarStore`: a VarStore is `Sync`).
+unsafe impl crate::process_wide::MovesWithTask for CheckpointGuard<'_> {}
 
 impl<'a> Scope for Checkpoint<'a> {
     type Guard = CheckpointGuard<'a>;
@@ -264,8 +329,8 @@ impl<'a> Scope for Checkpoint<'a> {
         if self.resume && self.path.exists() {
             log = load(self.vs, &self.path).map_err(|e| self.error(e))?;
         }
-        let log = Rc::new(RefCell::new(log));
-        OPEN.with_borrow_mut(|open| open.push(Rc::clone(&log)));
+        let log = Arc::new(Mutex::new(log));
+        open(&log);
         Ok(CheckpointGuard {
             vs: self.vs,
             path: self.path.clone(),
@@ -274,6 +339,7 @@ impl<'a> Scope for Checkpoint<'a> {
             save_on_failure: self.save_on_failure,
             outcome: None,
             trips: deadline::trips(),
+            tripped: false,
             _not_send: crate::PhantomNotSend::NEW,
         })
     }
@@ -281,6 +347,21 @@ impl<'a> Scope for Checkpoint<'a> {
     /// Keeps the outcome for the save (`save_on_failure`).
     fn exit(guard: &mut CheckpointGuard<'a>, outcome: Outcome) {
         guard.outcome = Some(outcome);
+    }
+
+    /// The task suspends: the checkpoint is no longer open on this thread,
+    /// so other tasks polled here meanwhile neither log into it nor count
+    /// their refused operators against it.
+    fn suspend(guard: &mut CheckpointGuard<'a>) {
+        close(&guard.log);
+        guard.tripped |= deadline::trips() != guard.trips;
+    }
+
+    /// The task is polled (perhaps on another thread): the checkpoint is
+    /// the innermost open one there again.
+    fn resume(guard: &mut CheckpointGuard<'a>) {
+        open(&guard.log);
+        guard.trips = deadline::trips();
     }
 }
 
@@ -291,19 +372,13 @@ impl CheckpointGuard<'_> {
         let outcome = self
             .outcome
             .unwrap_or_else(|| Outcome::at_exit_or(Outcome::Completed));
-        outcome != Outcome::Completed || deadline::trips() != self.trips
+        outcome != Outcome::Completed || self.tripped || deadline::trips() != self.trips
     }
 }
 
 impl Drop for CheckpointGuard<'_> {
     fn drop(&mut self) {
-        // Usually the last entry; searched so that out-of-order drops of
-        // hand-held guards stay correct.
-        OPEN.with_borrow_mut(|open| {
-            if let Some(i) = open.iter().rposition(|l| Rc::ptr_eq(l, &self.log)) {
-                open.remove(i);
-            }
-        });
+        close(&self.log);
         if !self.save_on_failure && self.failed() {
             return;
         }
@@ -314,16 +389,19 @@ impl Drop for CheckpointGuard<'_> {
         // one would lose the checkpoint (and in tch's panicking calls,
         // abort the process while a panic unwinds).
         let _unchecked = DeadlineExcluded::new();
-        let log = self.log.borrow();
-        if let Err(e) = save(self.vs, &self.path, &turn, &log) {
-            crate::exit::report(
+        let log = lock(&self.log);
+        match save(self.vs, &self.path, &turn, &log) {
+            Ok(Replaced::Written | Replaced::Superseded) => {}
+            // Saved: a notice, not a failed exit (see `durable`).
+            Ok(Replaced::Unsynced(why)) => durable::unsynced("checkpoint", &self.path, &why),
+            Err(e) => crate::exit::report(
                 "checkpoint",
                 format_args!(
                     "could not save the checkpoint {}: {e} (a VarStore on {})",
                     self.path.display(),
                     DeviceName(self.vs.device())
                 ),
-            );
+            ),
         }
     }
 }
