@@ -46,7 +46,7 @@ fn last_error() -> String {
 
 /// Test-only fault injection: the next `times` calls on this thread of the
 /// status-returning shim function `op` (`"tch_scope_rng_restore"`), or of
-/// one of the Rust side's own fallible steps that asks [`injected_fault`]
+/// one of the Rust side's own fallible steps that asks `injected_fault`
 /// (`"durable::sync_dir"`: the folder's fsync after a crash-safe rename),
 /// fail with `"injected fault in <op>"`; `op = "*"` matches any of them;
 /// `times = 0` disarms. Compiled in always (one
