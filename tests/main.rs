@@ -15,6 +15,7 @@ mod entry_errors;
 mod exits;
 mod grad;
 mod linkage;
+mod optim;
 mod outcome;
 mod request_context;
 mod send_futures;

@@ -157,6 +157,7 @@
 pub mod aoti;
 pub mod autograd;
 pub mod batch;
+pub mod optim;
 mod clock;
 mod context;
 pub mod cuda;

@@ -1,0 +1,393 @@
+//! `torch.optim.Adam` and `torch.optim.AdamW`, op for op.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use tch::Tensor;
+use tch::nn::VarStore;
+
+use super::Optimizer;
+use super::params::{Params, StateIn, StateOut, check, op_error, zeros_like};
+use crate::{NoGrad, Scope, ScopeError};
+
+/// Adam's settings, as PyTorch names them.
+#[derive(Debug, Clone, Copy)]
+struct Options {
+    lr: f64,
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    weight_decay: f64,
+    amsgrad: bool,
+}
+
+/// One parameter's state, made at its first step.
+struct Slot {
+    step: i64,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    max_exp_avg_sq: Option<Tensor>,
+}
+
+struct Inner {
+    options: Options,
+    slots: Vec<Option<Slot>>,
+    taken: i64,
+}
+
+/// The state both share; `decoupled` is AdamW's weight decay.
+struct Core {
+    name: &'static str,
+    decoupled: bool,
+    params: Params,
+    inner: Mutex<Inner>,
+}
+
+impl Core {
+    fn new(
+        vs: &VarStore,
+        lr: f64,
+        name: &'static str,
+        decoupled: bool,
+        weight_decay: f64,
+    ) -> Result<Self, ScopeError> {
+        check(name, "the learning rate", lr, lr >= 0.0, "finite and >= 0")?;
+        let params = Params::of(vs, name)?;
+        let slots = params.tensors.iter().map(|_| None).collect();
+        Ok(Self {
+            name,
+            decoupled,
+            params,
+            inner: Mutex::new(Inner {
+                options: Options {
+                    lr,
+                    beta1: 0.9,
+                    beta2: 0.999,
+                    eps: 1e-8,
+                    weight_decay,
+                    amsgrad: false,
+                },
+                slots,
+                taken: 0,
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding it can only come from outside a step's
+        // tensor ops (they are all fallible): the state is whole.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, f: impl FnOnce(&mut Options)) {
+        f(&mut self.lock().options);
+    }
+
+    fn step(&self) -> Result<(), ScopeError> {
+        let _no_grad = NoGrad.enter();
+        let mut inner = self.lock();
+        let o = inner.options;
+        for (i, (name, p)) in self
+            .params
+            .names
+            .iter()
+            .zip(&self.params.tensors)
+            .enumerate()
+        {
+            let grad = p.grad();
+            if !grad.defined() {
+                continue;
+            }
+            let err = |e: tch::TchError| op_error(self.name, name, p, &e);
+            let slot = &mut inner.slots[i];
+            if slot.is_none() {
+                *slot = Some(Slot {
+                    step: 0,
+                    exp_avg: zeros_like(p).map_err(err)?,
+                    exp_avg_sq: zeros_like(p).map_err(err)?,
+                    max_exp_avg_sq: if o.amsgrad {
+                        Some(zeros_like(p).map_err(err)?)
+                    } else {
+                        None
+                    },
+                });
+            }
+            let Some(s) = slot.as_mut() else { continue };
+            update(self.decoupled, &o, p, &grad, s).map_err(err)?;
+        }
+        inner.taken += 1;
+        Ok(())
+    }
+
+    fn state(&self) -> Vec<(String, Tensor)> {
+        let _no_grad = NoGrad.enter();
+        let inner = self.lock();
+        let o = inner.options;
+        let mut out = StateOut::new(self.name);
+        out.option("lr", o.lr);
+        out.option("beta1", o.beta1);
+        out.option("beta2", o.beta2);
+        out.option("eps", o.eps);
+        out.option("weight_decay", o.weight_decay);
+        out.option("amsgrad", f64::from(u8::from(o.amsgrad)));
+        out.count("taken", "steps", inner.taken);
+        for (name, slot) in self.params.names.iter().zip(&inner.slots) {
+            let Some(s) = slot else { continue };
+            out.count("step", name, s.step);
+            out.buffer("exp_avg", name, &s.exp_avg);
+            out.buffer("exp_avg_sq", name, &s.exp_avg_sq);
+            if let Some(m) = &s.max_exp_avg_sq {
+                out.buffer("max_exp_avg_sq", name, m);
+            }
+        }
+        out.entries
+    }
+
+    fn load_state(&self, state: &[(String, Tensor)]) -> Result<(), ScopeError> {
+        let _no_grad = NoGrad.enter();
+        let mut input = StateIn::parse(self.name, state)?;
+        let options = Options {
+            lr: input.option("lr")?,
+            beta1: input.option("beta1")?,
+            beta2: input.option("beta2")?,
+            eps: input.option("eps")?,
+            weight_decay: input.option("weight_decay")?,
+            amsgrad: input.option("amsgrad")? != 0.0,
+        };
+        let taken = input.count("taken", "steps")?.unwrap_or(0);
+        let mut slots = Vec::with_capacity(self.params.names.len());
+        for (name, p) in self.params.names.iter().zip(&self.params.tensors) {
+            let step = input.count("step", name)?;
+            let exp_avg = input.buffer("exp_avg", name, p)?;
+            let exp_avg_sq = input.buffer("exp_avg_sq", name, p)?;
+            let max_exp_avg_sq = input.buffer("max_exp_avg_sq", name, p)?;
+            slots.push(match (step, exp_avg, exp_avg_sq) {
+                (Some(step), Some(exp_avg), Some(exp_avg_sq)) => {
+                    if options.amsgrad && max_exp_avg_sq.is_none() {
+                        return Err(ScopeError::new(
+                            self.name,
+                            Some(p.device()),
+                            format!("the amsgrad state lacks `max_exp_avg_sq` of `{name}`"),
+                        ));
+                    }
+                    Some(Slot { step, exp_avg, exp_avg_sq, max_exp_avg_sq })
+                }
+                (None, None, None) => None,
+                _ => {
+                    return Err(ScopeError::new(
+                        self.name,
+                        Some(p.device()),
+                        format!("the state of `{name}` is incomplete (step, exp_avg and exp_avg_sq go together)"),
+                    ));
+                }
+            });
+        }
+        input.finish()?;
+        let mut inner = self.lock();
+        *inner = Inner {
+            options,
+            slots,
+            taken,
+        };
+        Ok(())
+    }
+}
+
+/// PyTorch's `_single_tensor_adam` for one parameter (not capturable, not
+/// differentiable, not maximize), the same operators in the same order.
+fn update(
+    decoupled: bool,
+    o: &Options,
+    p: &Tensor,
+    grad: &Tensor,
+    s: &mut Slot,
+) -> Result<(), tch::TchError> {
+    let mut param = p.shallow_clone();
+    s.step += 1;
+    let mut grad = grad.shallow_clone();
+    if o.weight_decay != 0.0 {
+        if decoupled {
+            let _ = param.f_mul_scalar_(1.0 - o.lr * o.weight_decay)?;
+        } else {
+            // grad.add(param, alpha=weight_decay)
+            grad = grad.f_add(&param.f_mul_scalar(o.weight_decay)?)?;
+        }
+    }
+    let _ = s.exp_avg.f_lerp_(&grad, 1.0 - o.beta1)?;
+    // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2): the
+    // kernel multiplies the value into the first factor first.
+    let _ = s.exp_avg_sq.f_mul_scalar_(o.beta2)?;
+    let _ = s
+        .exp_avg_sq
+        .f_addcmul_(&grad.f_mul_scalar(1.0 - o.beta2)?, &grad)?;
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "PyTorch keeps the step as a float"
+    )]
+    let step = s.step as f64;
+    let bias_correction1 = 1.0 - o.beta1.powf(step);
+    let bias_correction2 = 1.0 - o.beta2.powf(step);
+    let step_size = o.lr / bias_correction1;
+    let bias_correction2_sqrt = bias_correction2.powf(0.5);
+    let second = match &mut s.max_exp_avg_sq {
+        Some(m) => {
+            // torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
+            let larger = m.f_maximum(&s.exp_avg_sq)?;
+            m.f_copy_(&larger)?;
+            m.shallow_clone()
+        }
+        None => s.exp_avg_sq.shallow_clone(),
+    };
+    let mut denom = second.f_sqrt()?.f_div_scalar(bias_correction2_sqrt)?;
+    let _ = denom.f_add_scalar_(o.eps)?;
+    // param.addcdiv_(exp_avg, denom, value=-step_size)
+    let _ = param.f_add_(&s.exp_avg.f_div(&denom)?.f_mul_scalar(-step_size)?)?;
+    Ok(())
+}
+
+macro_rules! adam_like {
+    ($(#[$doc:meta])* $ty:ident, $name:literal, $decoupled:literal, $default_wd:expr) => {
+        $(#[$doc])*
+        pub struct $ty(Core);
+
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let inner = self.0.lock();
+                f.debug_struct($name)
+                    .field("options", &inner.options)
+                    .field("params", &self.0.params.names)
+                    .field("steps_taken", &inner.taken)
+                    .finish()
+            }
+        }
+
+        impl $ty {
+            #[doc = concat!("`torch.optim.", $name, "(params, lr)` over the trainable variables of `vs` ")]
+            /// (those that require grad when it is made), with PyTorch's
+            /// defaults: betas `(0.9, 0.999)`, eps `1e-8`, no amsgrad.
+            ///
+            /// # Errors
+            /// A [`ScopeError`] when `lr` is negative or not finite, or `vs`
+            /// has no trainable variable.
+            pub fn new(vs: &VarStore, lr: f64) -> Result<Self, ScopeError> {
+                Core::new(vs, lr, $name, $decoupled, $default_wd).map(Self)
+            }
+
+            /// The betas, each in `[0, 1)`.
+            ///
+            /// # Panics
+            /// When a beta is outside `[0, 1)`, as PyTorch raises.
+            #[must_use]
+            pub fn betas(self, beta1: f64, beta2: f64) -> Self {
+                assert!((0.0..1.0).contains(&beta1), "{}: beta1 must be in [0, 1), got {beta1}", $name);
+                assert!((0.0..1.0).contains(&beta2), "{}: beta2 must be in [0, 1), got {beta2}", $name);
+                self.0.set(|o| { o.beta1 = beta1; o.beta2 = beta2; });
+                self
+            }
+
+            /// The term added to the denominator, `>= 0`.
+            ///
+            /// # Panics
+            /// When `eps` is negative or not finite.
+            #[must_use]
+            pub fn eps(self, eps: f64) -> Self {
+                assert!(eps.is_finite() && eps >= 0.0, "{}: eps must be >= 0, got {eps}", $name);
+                self.0.set(|o| o.eps = eps);
+                self
+            }
+
+            /// The weight decay, `>= 0`.
+            ///
+            /// # Panics
+            /// When `wd` is negative or not finite.
+            #[must_use]
+            pub fn weight_decay(self, wd: f64) -> Self {
+                assert!(wd.is_finite() && wd >= 0.0, "{}: weight_decay must be >= 0, got {wd}", $name);
+                self.0.set(|o| o.weight_decay = wd);
+                self
+            }
+
+            /// AMSGrad: the running maximum of the second moment.
+            #[must_use]
+            pub fn amsgrad(self, on: bool) -> Self {
+                self.0.set(|o| o.amsgrad = on);
+                self
+            }
+
+            /// The learning rate now.
+            pub fn lr(&self) -> f64 {
+                self.0.lock().options.lr
+            }
+
+            /// Sets the learning rate (a scheduler's step); it is part of
+            /// the state a checkpoint saves.
+            pub fn set_lr(&self, lr: f64) {
+                self.0.set(|o| o.lr = lr);
+            }
+
+            /// Steps taken since the optimizer was made (or that the loaded
+            /// state had taken).
+            pub fn steps_taken(&self) -> i64 {
+                self.0.lock().taken
+            }
+
+            /// See [`Optimizer::step`].
+            ///
+            /// # Errors
+            /// See [`Optimizer::step`].
+            pub fn step(&self) -> Result<(), ScopeError> {
+                self.0.step()
+            }
+
+            /// See [`Optimizer::zero_grad`].
+            pub fn zero_grad(&self) {
+                self.0.params.zero_grad();
+            }
+
+            /// See [`Optimizer::backward_step`].
+            ///
+            /// # Errors
+            /// See [`Optimizer::backward_step`].
+            pub fn backward_step(&self, loss: &Tensor) -> Result<(), ScopeError> {
+                Optimizer::backward_step(self, loss)
+            }
+        }
+
+        impl Optimizer for $ty {
+            fn name(&self) -> &'static str {
+                $name
+            }
+            fn step(&self) -> Result<(), ScopeError> {
+                self.0.step()
+            }
+            fn zero_grad(&self) {
+                self.0.params.zero_grad();
+            }
+            fn state(&self) -> Vec<(String, Tensor)> {
+                self.0.state()
+            }
+            fn load_state(&self, state: &[(String, Tensor)]) -> Result<(), ScopeError> {
+                self.0.load_state(state)
+            }
+        }
+    };
+}
+
+adam_like!(
+    /// `torch.optim.Adam`: moments and bias correction, L2 weight decay
+    /// added to the gradient (see the [module docs](super) for the state
+    /// a checkpoint saves).
+    Adam,
+    "Adam",
+    false,
+    0.0
+);
+
+adam_like!(
+    /// `torch.optim.AdamW`: Adam with decoupled weight decay (the
+    /// parameter shrunk by `lr * weight_decay` before the update); the
+    /// default weight decay is PyTorch's, `0.01`.
+    AdamW,
+    "AdamW",
+    true,
+    0.01
+);

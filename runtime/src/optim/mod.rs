@@ -1,0 +1,102 @@
+//! Optimizers whose whole state a checkpoint can hold: [`Adam`], [`AdamW`]
+//! and [`Sgd`] (with momentum and Nesterov).
+//!
+//! tch's `nn::Optimizer` keeps its state inside a C++ object that Rust
+//! cannot read or write, so a run resumed from a checkpoint restarts Adam's
+//! moments and SGD's momentum from zero (the loss spike users see after a
+//! resume). These optimizers keep their state in tensors tch-scope can
+//! reach ([`Optimizer::state`], [`Optimizer::load_state`]), and apply
+//! PyTorch's updates — `torch.optim.Adam`, `AdamW` and `SGD` with their
+//! default single-tensor (`foreach=False`) implementation, op for op — so
+//! a Rust run and a PyTorch run from the same weights and gradients take
+//! the same steps.
+//!
+//! Every method takes `&self` (the state sits behind a mutex), so an
+//! optimizer bound without `mut` can be named by a checkpoint scope and
+//! still stepped inside its body:
+//!
+//! ```
+//! use tch::nn::{self, Module, VarStore};
+//! use tch::{Device, Kind, Tensor};
+//! use tch_scope::optim::Adam;
+//!
+//! let vs = VarStore::new(Device::Cpu);
+//! let lin = nn::linear(vs.root() / "lin", 3, 1, Default::default());
+//! let opt = Adam::new(&vs, 1e-2).unwrap().weight_decay(1e-4);
+//! let x = Tensor::ones([4, 3], (Kind::Float, Device::Cpu));
+//! for _ in 0..3 {
+//!     let loss = lin.forward(&x).square().mean(Kind::Float);
+//!     opt.backward_step(&loss).unwrap();
+//! }
+//! assert_eq!(opt.steps_taken(), 3);
+//! ```
+//!
+//! What differs from PyTorch: [`zero_grad`](Optimizer::zero_grad) zeroes
+//! each gradient in place (PyTorch's `zero_grad(set_to_none=False)`);
+//! tch offers no way to unset a gradient. A parameter whose gradient is
+//! zero still takes a step (weight decay and the moments act on it) where
+//! PyTorch's default would skip a parameter whose gradient is `None`. A
+//! parameter that never had a gradient is skipped, as in PyTorch. The
+//! parameters are the `VarStore`'s trainable variables when the optimizer
+//! is made, in the order of their names.
+
+mod adam;
+mod params;
+mod sgd;
+
+pub use adam::{Adam, AdamW};
+pub use sgd::Sgd;
+
+use tch::Tensor;
+
+use crate::ScopeError;
+
+/// What a checkpoint needs of an optimizer: a step, and its state as named
+/// tensors to save and to load back bitwise.
+pub trait Optimizer {
+    /// The optimizer's name as errors and checkpoints give it (`"Adam"`).
+    fn name(&self) -> &'static str;
+
+    /// Applies one update to every parameter that has a gradient.
+    ///
+    /// # Errors
+    /// A [`ScopeError`] naming the optimizer and the parameter when an
+    /// operator of the update fails (a passed `deadline` refuses it, or
+    /// the gradient does not match the parameter). Parameters updated
+    /// before the failure stay updated; the step count does not advance.
+    fn step(&self) -> Result<(), ScopeError>;
+
+    /// Zeroes every parameter's gradient.
+    fn zero_grad(&self);
+
+    /// [`zero_grad`](Self::zero_grad), `loss.backward()`, then
+    /// [`step`](Self::step), as tch's `Optimizer::backward_step`.
+    ///
+    /// # Errors
+    /// The backward pass's error, or the step's.
+    fn backward_step(&self, loss: &Tensor) -> Result<(), ScopeError> {
+        self.zero_grad();
+        loss.f_backward().map_err(|e| {
+            ScopeError::new(
+                self.name(),
+                Some(loss.device()),
+                format!("backward failed: {e}"),
+            )
+        })?;
+        self.step()
+    }
+
+    /// The state, as named tensors (copies, safe to keep while training
+    /// goes on): the options, the number of steps taken, and each
+    /// parameter's buffers, keyed by the parameter's name in the
+    /// `VarStore`.
+    fn state(&self) -> Vec<(String, Tensor)>;
+
+    /// Loads a state that [`state`](Self::state) gave, bitwise.
+    ///
+    /// # Errors
+    /// A [`ScopeError`] when an entry names no parameter of this optimizer,
+    /// when a buffer's shape or dtype differs from its parameter's, or when
+    /// the state is another optimizer's. Nothing is loaded then.
+    fn load_state(&self, state: &[(String, Tensor)]) -> Result<(), ScopeError>;
+}
