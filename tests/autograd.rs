@@ -14,6 +14,11 @@ use tch::{Device, Kind, Tensor};
 use tch_scope::autograd::{Capture, Ctx, Function, f_recompute, gradcheck, recompute};
 use tch_scope::{Scope, TensorMemory};
 
+#[path = "autograd/gradcheck_layouts.rs"]
+mod gradcheck_layouts;
+#[path = "autograd/recompute_inputs.rs"]
+mod recompute_inputs;
+
 const DATA: &str = include_str!("data/autograd.json");
 
 fn data(case: &str) -> Value {

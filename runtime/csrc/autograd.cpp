@@ -9,12 +9,16 @@
 // in two around the forward, which the Rust side runs itself with grad mode
 // off: begin (node, edges, input metadata) and finish (wrap outputs, save
 // variables), the steps of `Function<T>::apply`.
+#include <ATen/SequenceNumber.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -129,6 +133,49 @@ variable_list tensors(void* const* ts, size_t n) {
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) out.push_back(*static_cast<const at::Tensor*>(ts[i]));
   return out;
+}
+
+// Recompute's cut between a recomputed body and the graph before it, for a
+// backward with create_graph: the grad_fn of a recomputed input, an identity
+// into the input's own graph that passes nothing on until opened (after the
+// nested backward through the body, which must stop at the cut: its
+// gradients go on through the recompute node), so that a double backward
+// through the gradients' graph goes on into the inputs' graph. The edge is
+// there from the start: libtorch fixes a node's topological number when it
+// gets a parent.
+struct RecomputeInputNode final : torch::autograd::Node {
+  std::atomic<bool> open_{false};
+  std::string name() const override { return "tch_scope::RecomputeInput"; }
+  variable_list apply(variable_list&& grads) override {
+    if (open_.load(std::memory_order_acquire)) return std::move(grads);
+    return variable_list(grads.size());
+  }
+};
+
+using RecomputeCut = std::vector<NodePtr>;
+
+struct EdgeKey {
+  const torch::autograd::Node* fn;
+  uint32_t nr;
+  bool operator==(const EdgeKey& o) const { return fn == o.fn && nr == o.nr; }
+};
+struct EdgeKeyHash {
+  size_t operator()(const EdgeKey& k) const { return std::hash<const void*>()(k.fn) ^ (size_t{k.nr} * 0x9e3779b97f4a7c15ULL); }
+};
+
+// A tensor whose gradient edge is `edge`: the parameter itself for a leaf's
+// accumulator, else a one-element stand-in (stride 0, not a view) of the
+// shape, dtype and device the edge's node expects.
+at::Tensor tensor_of_edge(const torch::autograd::Edge& edge) {
+  if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(edge.function.get())) return acc->variable;
+  const auto& meta = edge.function->input_metadata(edge.input_nr);
+  TORCH_CHECK(!meta.is_nested_tensor() && !meta.is_tensor_subclass(),
+              "recompute: a tensor the recomputed function captures is a nested tensor or a tensor subclass");
+  std::vector<int64_t> sizes;
+  for (const c10::SymInt& d : meta.shape_as_dim_vector()) sizes.push_back(d.expect_int());
+  at::Tensor t = at::empty_strided(sizes, std::vector<int64_t>(sizes.size(), 0), meta.options());
+  torch::autograd::impl::set_gradient_edge(t, edge);
+  return t;
 }
 
 }  // namespace
@@ -257,12 +304,6 @@ void tch_scope_autograd_out_fail(void* out, const char* msg, size_t len) {
   }
 }
 
-tch_scope_status tch_scope_autograd_backward(void* const* ts, void* const* grads, size_t n, bool retain_graph,
-                                             bool create_graph) {
-  return tch_scope::guarded(
-      [&] { torch::autograd::backward(tensors(ts, n), tensors(grads, n), retain_graph, create_graph); });
-}
-
 tch_scope_status tch_scope_autograd_grad(void* const* outputs, void* const* grad_outputs, size_t n_outputs,
                                          void* const* inputs, size_t n_inputs, bool retain_graph,
                                          bool create_graph, void** out) {
@@ -277,6 +318,124 @@ tch_scope_status tch_scope_autograd_grad(void* const* outputs, void* const* grad
     for (auto& t : g) made.push_back(std::make_unique<at::Tensor>(std::move(t)));
     for (size_t i = 0; i < made.size(); ++i) out[i] = made[i].release();
   });
+}
+
+uint64_t tch_scope_autograd_sequence_peek() { return at::sequence_number::peek(); }
+
+tch_scope_status tch_scope_recompute_frontier(void* const* outputs, size_t n_outputs, void* const* inputs,
+                                              size_t n_inputs, uint64_t first, uint64_t end, void** list,
+                                              size_t* n) {
+  return tch_scope::guarded([&] {
+    using torch::autograd::Edge;
+    using torch::autograd::Node;
+    // The inputs' accumulators: gradients reaching them go through the
+    // recompute node's own inputs.
+    std::unordered_set<const Node*> input_acc;
+    for (size_t i = 0; i < n_inputs; ++i) {
+      const auto& t = *static_cast<const at::Tensor*>(inputs[i]);
+      if (!t.defined()) continue;
+      if (auto acc = torch::autograd::impl::try_get_grad_accumulator(t)) input_acc.insert(acc.get());
+    }
+    // Nodes the body made (sequence numbers taken on this thread while it
+    // ran; accumulators have none) are walked; an edge to any other node
+    // leaves the body.
+    auto made_here = [&](const Node* f) {
+      uint64_t s = f->sequence_nr();
+      return s >= first && s < end;
+    };
+    std::unordered_set<const Node*> seen;
+    std::unordered_set<EdgeKey, EdgeKeyHash> out_seen;
+    std::vector<Node*> stack;
+    std::vector<Edge> frontier;
+    auto visit = [&](const Edge& e) {
+      if (!e.is_valid()) return;
+      Node* f = e.function.get();
+      if (input_acc.count(f) != 0) return;
+      if (made_here(f)) {
+        if (seen.insert(f).second) stack.push_back(f);
+      } else if (out_seen.insert(EdgeKey{f, e.input_nr}).second) {
+        frontier.push_back(e);
+      }
+    };
+    for (size_t i = 0; i < n_outputs; ++i) {
+      const auto& t = *static_cast<const at::Tensor*>(outputs[i]);
+      if (t.defined() && t.requires_grad()) visit(torch::autograd::impl::gradient_edge(t));
+    }
+    while (!stack.empty()) {
+      Node* f = stack.back();
+      stack.pop_back();
+      for (const Edge& e : f->next_edges()) visit(e);
+    }
+    // The backward through the body asks the engine for the gradients at
+    // these edges; it would run a captured tensor's own graph (outside the
+    // body) if that graph led to another of them, counting that path twice.
+    std::unordered_set<const Node*> targets;
+    for (const Edge& e : frontier) targets.insert(e.function.get());
+    std::unordered_set<const Node*> walked;
+    for (const Edge& e : frontier) {
+      if (dynamic_cast<const torch::autograd::AccumulateGrad*>(e.function.get()) != nullptr) continue;
+      stack.assign(1, e.function.get());
+      while (!stack.empty()) {
+        Node* f = stack.back();
+        stack.pop_back();
+        for (const Edge& next : f->next_edges()) {
+          if (!next.is_valid() || !walked.insert(next.function.get()).second) continue;
+          TORCH_CHECK(targets.count(next.function.get()) == 0,
+                      "recompute: the function captures a tensor that requires grad and is not a leaf (",
+                      e.function->name(), "), and the graph that made it reaches another tensor the ",
+                      "function uses (a parameter or captured tensor, through ", next.function->name(),
+                      "): pass the captured tensor as an input of recompute instead");
+          stack.push_back(next.function.get());
+        }
+      }
+    }
+    auto tensors = std::make_unique<variable_list>();
+    tensors->reserve(frontier.size());
+    for (const Edge& e : frontier) tensors->push_back(tensor_of_edge(e));
+    *n = tensors->size();
+    *list = tensors.release();
+  });
+}
+
+void tch_scope_tensor_list_take(void* list, void** out) {
+  std::unique_ptr<variable_list> tensors(static_cast<variable_list*>(list));
+  for (size_t i = 0; i < tensors->size(); ++i) out[i] = new at::Tensor(std::move((*tensors)[i]));
+}
+
+tch_scope_status tch_scope_recompute_cut(void* const* inputs, size_t n, bool create_graph, void** out,
+                                         void** cut) {
+  return tch_scope::guarded([&] {
+    auto pending = std::make_unique<RecomputeCut>();
+    std::vector<std::unique_ptr<at::Tensor>> made;
+    made.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      const auto& x = *static_cast<const at::Tensor*>(inputs[i]);
+      if (!x.defined()) {
+        made.push_back(std::make_unique<at::Tensor>());
+        continue;
+      }
+      at::Tensor d = x.detach();
+      if (x.requires_grad()) {
+        if (create_graph) {
+          NodePtr node = make_node<RecomputeInputNode>();
+          node->set_next_edges(torch::autograd::collect_next_edges(x));
+          node->add_input_metadata(d);
+          torch::autograd::impl::set_gradient_edge(d, torch::autograd::Edge(node, 0));
+          pending->push_back(std::move(node));
+        } else {
+          d.requires_grad_(true);
+        }
+      }
+      made.push_back(std::make_unique<at::Tensor>(std::move(d)));
+    }
+    for (size_t i = 0; i < n; ++i) out[i] = made[i].release();
+    *cut = pending.release();
+  });
+}
+
+void tch_scope_recompute_open(void* cut) {
+  std::unique_ptr<RecomputeCut> pending(static_cast<RecomputeCut*>(cut));
+  for (auto& node : *pending) static_cast<RecomputeInputNode*>(node.get())->open_.store(true, std::memory_order_release);
 }
 
 }  // extern "C"

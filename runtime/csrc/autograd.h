@@ -1,7 +1,8 @@
 // C ABI of custom autograd functions written in Rust (autograd.cpp):
 // a node of libtorch's autograd graph (a `torch::autograd::CppNode`
-// subclass) whose backward calls back into Rust, and the two engine calls
-// the Rust side needs (`torch::autograd::backward` and `grad`). Tensors
+// subclass) whose backward calls back into Rust, the engine call the Rust
+// side needs (`torch::autograd::grad`), and recompute's graph surgery (its
+// frontier and its cut inputs). Tensors
 // cross as tch's handles (`at::Tensor*`); a handle this shim returns is a
 // new heap object the caller owns (tch's `Tensor::from_ptr`). Calls
 // returning a status catch every C++ exception (0 = ok, message in
@@ -60,16 +61,39 @@ tch_scope_status tch_scope_autograd_out_push(void* out, const void* tensor);
 // For the backward callback: the error message (`len` bytes, UTF-8).
 void tch_scope_autograd_out_fail(void* out, const char* msg, size_t len);
 
-// torch::autograd::backward(tensors, grads, retain_graph, create_graph):
-// gradients accumulate into every leaf reached.
-tch_scope_status tch_scope_autograd_backward(void* const* tensors, void* const* grads, size_t n,
-                                             bool retain_graph, bool create_graph);
 // torch::autograd::grad(outputs, inputs, grad_outputs, retain_graph,
 // create_graph, allow_unused = true): `out` gets `n_inputs` new handles
 // (undefined where an input was not reached).
 tch_scope_status tch_scope_autograd_grad(void* const* outputs, void* const* grad_outputs, size_t n_outputs,
                                          void* const* inputs, size_t n_inputs, bool retain_graph,
                                          bool create_graph, void** out);
+
+// Recompute (autograd/recompute.rs).
+// The autograd sequence number the next node made on this thread gets.
+uint64_t tch_scope_autograd_sequence_peek(void);
+// The edges by which a body's graph leaves it: from the `n_outputs` outputs'
+// graph, walking the nodes whose sequence number is in [first, end) (those
+// the body made on this thread), every edge to another node, except to the
+// accumulators of the `n_inputs` inputs. Each becomes a tensor whose
+// gradient edge it is (a captured leaf itself, else a stand-in with the
+// metadata the node expects): `*list` gets them, `*n` their count, for
+// tch_scope_tensor_list_take.
+tch_scope_status tch_scope_recompute_frontier(void* const* outputs, size_t n_outputs, void* const* inputs,
+                                              size_t n_inputs, uint64_t first, uint64_t end, void** list,
+                                              size_t* n);
+// Moves a list's tensors into `out` (as many new handles as its count) and
+// frees it.
+void tch_scope_tensor_list_take(void* list, void** out);
+// The inputs of a recomputation: `out` gets `n` new handles, each input
+// detached. Without `create_graph` those that require grad are leaves; with
+// it, each has an identity node into the input's own graph as grad_fn,
+// which passes no gradient on until tch_scope_recompute_open (so a backward
+// through the recomputed body stops at the cut, and a double backward goes
+// past it). `*cut` gets the list of those nodes.
+tch_scope_status tch_scope_recompute_cut(void* const* inputs, size_t n, bool create_graph, void** out,
+                                         void** cut);
+// Opens the cut's nodes, and frees the list.
+void tch_scope_recompute_open(void* cut);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -64,13 +64,6 @@ unsafe extern "C" {
     ) -> Status;
     pub(crate) fn tch_scope_autograd_out_push(out: *mut c_void, tensor: *const c_void) -> Status;
     pub(crate) fn tch_scope_autograd_out_fail(out: *mut c_void, msg: *const c_char, len: usize);
-    fn tch_scope_autograd_backward(
-        tensors: *const *mut c_void,
-        grads: *const *mut c_void,
-        n: usize,
-        retain_graph: bool,
-        create_graph: bool,
-    ) -> Status;
     fn tch_scope_autograd_grad(
         outputs: *const *mut c_void,
         grad_outputs: *const *mut c_void,
@@ -104,15 +97,6 @@ pub(crate) unsafe fn adopt(raw: Vec<*mut c_void>) -> Vec<Tensor> {
 
 pub(crate) fn check(status: Status) -> Result<(), TchError> {
     ffi::check(status).map_err(TchError::Torch)
-}
-
-/// `torch.autograd.backward(tensors, grads)`: gradients accumulate into
-/// every leaf the tensors reach.
-pub(crate) fn backward(tensors: &[&Tensor], grads: &[&Tensor]) -> Result<(), TchError> {
-    assert_eq!(tensors.len(), grads.len());
-    let (t, g) = (handles(tensors), handles(grads));
-    // SAFETY: `n` live handles each, only read.
-    check(unsafe { tch_scope_autograd_backward(t.as_ptr(), g.as_ptr(), t.len(), false, false) })
 }
 
 /// `torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True)`:

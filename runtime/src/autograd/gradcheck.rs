@@ -85,6 +85,43 @@ fn call(
     })
 }
 
+/// A copy of `x` with its sizes and strides (so `f` sees the layout the
+/// caller gave), in storage of its own. Dimensions of stride 0 (an
+/// expanded tensor) stay expanded: one slice is copied and expanded again.
+fn same_layout_copy(x: &Tensor) -> Result<Tensor, GradcheckError> {
+    let fail =
+        |e: tch::TchError| GradcheckError::other(format!("gradcheck: cannot copy an input: {e}"));
+    let size = x.size();
+    let mut core = x.detach();
+    let mut expanded = false;
+    for (d, (&n, &st)) in size.iter().zip(&x.stride()).enumerate() {
+        if st == 0 && n > 1 {
+            core = core.narrow(d as i64, 0, 1);
+            expanded = true;
+        }
+    }
+    let copy = Tensor::f_empty_strided(core.size(), core.stride(), (x.kind(), x.device()))
+        .map_err(fail)?;
+    let mut dst = copy.shallow_clone();
+    dst.f_copy_(&core).map_err(fail)?;
+    Ok(if expanded {
+        copy.expand(&size, false)
+    } else {
+        copy
+    })
+}
+
+/// The element of `t` at flat index `e` in row-major (logical) order, as a
+/// 0-dim view sharing `t`'s storage whatever its strides.
+fn element(t: &Tensor, size: &[i64], mut e: i64) -> Tensor {
+    let mut index = vec![0; size.len()];
+    for (slot, &n) in index.iter_mut().zip(size).rev() {
+        *slot = e % n;
+        e /= n;
+    }
+    index.iter().fold(t.shallow_clone(), |v, &i| v.select(0, i))
+}
+
 /// `torch.autograd.gradcheck(f, inputs)`: compares the Jacobian of each
 /// output with respect to each input that requires grad, as autograd
 /// (your `backward`) computes it, with central differences (eps 1e-6),
@@ -94,7 +131,15 @@ fn call(
 /// check with its error.
 ///
 /// `f` is called on copies of the inputs, with grad mode on for the
-/// analytical Jacobian and off for the numerical one.
+/// analytical Jacobian and off for the numerical one. The copies have the
+/// inputs' sizes and strides, so `f` sees a transposed or sliced input as
+/// it was given, and each element is perturbed in the memory `f` reads;
+/// outputs of any layout (transposed, sliced, expanded) are compared
+/// element by element in their logical order. An input that requires grad
+/// and has a dimension of stride 0 (an expanded tensor, whose elements
+/// share memory) is refused, as PyTorch refuses it: pass its
+/// `.contiguous()`. The verdicts are PyTorch's on the same function and
+/// inputs.
 ///
 /// # Errors
 /// A [`GradcheckError`] naming the output index, the input index and the
@@ -127,18 +172,32 @@ pub fn gradcheck(
                 inputs[i].kind()
             )));
         }
+        let x = inputs[i];
+        if x.size()
+            .iter()
+            .zip(&x.stride())
+            .any(|(&n, &st)| st == 0 && n > 1)
+        {
+            return Err(GradcheckError::other(format!(
+                "gradcheck: input {i} has a dimension with stride 0 (an expanded tensor, sizes \
+                 {:?}, strides {:?}): its elements share memory, so one cannot be perturbed \
+                 alone; pass its `.contiguous()`",
+                x.size(),
+                x.stride()
+            )));
+        }
     }
     // Copies, so that `f` can neither see nor change the caller's tensors.
     let xs: Vec<Tensor> = inputs
         .iter()
         .map(|x| {
             if x.defined() {
-                x.detach().copy().set_requires_grad(x.requires_grad())
+                Ok(same_layout_copy(x)?.set_requires_grad(x.requires_grad()))
             } else {
-                Tensor::new()
+                Ok(Tensor::new())
             }
         })
-        .collect();
+        .collect::<Result<_, GradcheckError>>()?;
     let refs: Vec<&Tensor> = xs.iter().collect();
     let diff_inputs: Vec<&Tensor> = wanted.iter().map(|&i| &xs[i]).collect();
 
@@ -159,9 +218,11 @@ pub fn gradcheck(
         let mut rows = vec![Vec::with_capacity(numel); wanted.len()];
         for e in 0..numel {
             let grads = if out.requires_grad() {
-                let one_hot = out.zeros_like();
-                let mut cell = one_hot.reshape([-1]).get(e as i64);
-                let _ = cell.fill_(1.0);
+                // Contiguous whatever the output's layout: element `e` of
+                // the flat view is element `e` of the output.
+                let flat = Tensor::zeros([numel as i64], (out.kind(), out.device()));
+                let _ = flat.get(e as i64).fill_(1.0);
+                let one_hot = flat.view(out.size().as_slice());
                 super::ffi::grad(&[out], &[&one_hot], &diff_inputs, true, false).map_err(|err| {
                     GradcheckError::other(format!(
                         "gradcheck: backward failed for output {j}: {err}"
@@ -192,40 +253,59 @@ pub fn gradcheck(
         analytical.push(Some(rows));
     }
 
-    // Numerical: central differences, one input element at a time.
+    // Numerical: central differences, one input element at a time,
+    // perturbed in place in the memory `f` reads (as PyTorch perturbs
+    // `input.data`).
     let Ok(_no_grad) = crate::NoGrad.enter();
     for (k, &i) in wanted.iter().enumerate() {
-        let base = xs[i].detach().copy();
-        let flat = base.reshape([-1]);
-        let orig = values(&flat)?;
+        let alias = xs[i].detach();
+        let size = alias.size();
+        let orig = values(&alias)?;
         // numerical[j][e] = d output j / d x_i[e], flattened.
         let mut columns: Vec<Vec<Vec<f64>>> = vec![Vec::new(); outputs.len()];
         for (e, &x0) in orig.iter().enumerate() {
-            let set = |v: f64| {
-                let mut cell = flat.get(e as i64);
+            let mut cell = element(&alias, &size, e as i64);
+            // Each output read at once: an output that is a view of the
+            // input would change with the next perturbation.
+            let mut eval = |v: f64| -> Result<Vec<Option<Vec<f64>>>, GradcheckError> {
                 let _ = cell.fill_(v);
+                let outs = call(f, &refs, "f")?;
+                (0..outputs.len())
+                    .map(|j| {
+                        if analytical[j].is_none() {
+                            return Ok(None);
+                        }
+                        let Some(o) = outs.get(j) else {
+                            return Err(GradcheckError::other(format!(
+                                "gradcheck: f returned fewer outputs when evaluated again (no \
+                                 output {j})"
+                            )));
+                        };
+                        if o.size() != outputs[j].size() {
+                            return Err(GradcheckError::other(format!(
+                                "gradcheck: output {j} has shape {:?} when evaluated again, {:?} \
+                                 the first time",
+                                o.size(),
+                                outputs[j].size()
+                            )));
+                        }
+                        values(o).map(Some)
+                    })
+                    .collect()
             };
-            let eval = |v: f64| -> Result<Vec<Tensor>, GradcheckError> {
-                set(v);
-                let mut args = refs.clone();
-                args[i] = &base;
-                call(f, &args, "f")
-            };
-            let plus = eval(x0 + EPS)?;
-            let minus = eval(x0 - EPS)?;
-            set(x0);
-            for (j, col) in columns.iter_mut().enumerate() {
-                if analytical.get(j).is_none_or(|a| a.is_none()) {
-                    continue;
+            let plus = eval(x0 + EPS);
+            let minus = eval(x0 - EPS);
+            let _ = cell.fill_(x0);
+            let (plus, minus) = (plus?, minus?);
+            for (col, (p, m)) in columns.iter_mut().zip(plus.iter().zip(&minus)) {
+                if let (Some(p), Some(m)) = (p, m) {
+                    col.push(
+                        p.iter()
+                            .zip(m)
+                            .map(|(p, m)| (p - m) / (2.0 * EPS))
+                            .collect(),
+                    );
                 }
-                let (p, m) = (plus.get(j), minus.get(j));
-                let (Some(p), Some(m)) = (p, m) else {
-                    return Err(GradcheckError::other(format!(
-                        "gradcheck: f returned fewer outputs when evaluated again (no output {j})"
-                    )));
-                };
-                let d = (p.to_kind(Kind::Double) - m.to_kind(Kind::Double)) / (2.0 * EPS);
-                col.push(values(&d)?);
             }
         }
         for (j, a) in analytical.iter().enumerate() {

@@ -48,6 +48,7 @@
 //!   CUDA): functions are `Send + Sync`, and may be applied from many
 //!   threads at once.
 
+mod capture;
 mod ctx;
 pub(crate) mod ffi;
 mod gradcheck;
@@ -59,10 +60,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use tch::{TchError, Tensor};
 
+pub use capture::Capture;
 pub use ctx::Ctx;
 use ctx::InputMeta;
 pub use gradcheck::{GradcheckError, gradcheck};
-pub use recompute::{Capture, f_recompute, recompute};
+pub use recompute::{f_recompute, recompute};
 
 use crate::Scope;
 

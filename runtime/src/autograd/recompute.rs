@@ -1,10 +1,14 @@
-//! [`recompute`]: activation recomputation, `torch.utils.checkpoint` (the
-//! reentrant form, random state kept), as a [`Function`].
+//! [`recompute`]: activation recomputation, `torch.utils.checkpoint` (random
+//! state kept), as a [`Function`] whose inputs are the body's inputs and
+//! the tensors with gradients it reaches (captured parameters), so that
+//! the engine routes every gradient: a backward asked for some tensors only
+//! computes theirs and touches no other `.grad`.
 
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::{Mutex, PoisonError};
 
-use tch::{Device, Kind, TchError, Tensor};
+use tch::{Device, TchError, Tensor};
 
 use super::{Ctx, Function};
 use crate::{Context, Scope, ffi};
@@ -13,6 +17,26 @@ unsafe extern "C" {
     fn tch_scope_rng_save(devices: *const i32, n: i32, state: *mut *mut c_void) -> ffi::Status;
     fn tch_scope_rng_restore(state: *const c_void) -> ffi::Status;
     fn tch_scope_rng_free(state: *mut c_void);
+    fn tch_scope_autograd_sequence_peek() -> u64;
+    fn tch_scope_recompute_frontier(
+        outputs: *const *mut c_void,
+        n_outputs: usize,
+        inputs: *const *mut c_void,
+        n_inputs: usize,
+        first: u64,
+        end: u64,
+        list: *mut *mut c_void,
+        n: *mut usize,
+    ) -> ffi::Status;
+    fn tch_scope_tensor_list_take(list: *mut c_void, out: *mut *mut c_void);
+    fn tch_scope_recompute_cut(
+        inputs: *const *mut c_void,
+        n: usize,
+        create_graph: bool,
+        out: *mut *mut c_void,
+        cut: *mut *mut c_void,
+    ) -> ffi::Status;
+    fn tch_scope_recompute_open(cut: *mut c_void);
 }
 
 /// The CPU generator's state and that of the listed CUDA devices.
@@ -58,23 +82,19 @@ impl Drop for Forked {
     }
 }
 
-/// The recomputed function: the body and how many of the inputs are the
-/// caller's (a dummy input that requires grad may follow them).
+/// The recomputed function. Its inputs: the caller's `n` inputs, then the
+/// frontier (the tensors outside the body whose gradients it computes).
 struct Recompute<F> {
     /// Behind a lock only for `Sync` (a closure holding tensors is `Send`
-    /// alone): forward and backward each call it once.
+    /// alone): the backward calls it once.
     body: Mutex<F>,
     n: usize,
+    /// What the first run left for `forward` to keep: its outputs and the
+    /// generators as they were before it.
+    first: Mutex<Option<(Vec<Tensor>, Generators)>>,
 }
 
 impl<F: Fn(&[&Tensor]) -> Vec<Tensor>> Recompute<F> {
-    fn new(body: F, n: usize) -> Self {
-        Self {
-            body: Mutex::new(body),
-            n,
-        }
-    }
-
     fn call(&self, inputs: &[&Tensor]) -> Vec<Tensor> {
         let body = self.body.lock().unwrap_or_else(PoisonError::into_inner);
         (*body)(inputs)
@@ -86,37 +106,32 @@ where
     F: Fn(&[&Tensor]) -> Vec<Tensor> + Send + 'static,
 {
     fn forward(&self, ctx: &mut Ctx, inputs: &[&Tensor]) -> Vec<Tensor> {
-        let inputs = &inputs[..self.n];
-        let mut devices: Vec<i32> = inputs
-            .iter()
-            .filter(|t| t.defined())
-            .filter_map(|t| match t.device() {
-                Device::Cuda(i) => i32::try_from(i).ok(),
-                _ => None,
-            })
-            .collect();
-        devices.sort_unstable();
-        devices.dedup();
-        let generators = Generators::save(devices)
-            .unwrap_or_else(|e| panic!("recompute: cannot save the random generators: {e}"));
+        let (outputs, generators) = self
+            .first
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .expect("recompute's forward runs once");
         ctx.save(generators);
         ctx.save(Context::capture());
+        // The frontier too: backward asks for its gradients, and libtorch
+        // refuses a backward after a captured tensor was changed in place.
         ctx.save_for_backward(inputs);
-        self.call(inputs)
+        outputs
     }
 
     fn backward(&self, ctx: &Ctx, grads: &[Tensor]) -> Vec<Option<Tensor>> {
+        let n_all = ctx.inputs.len();
+        let needed: Vec<bool> = (0..n_all).map(|i| ctx.needs_input_grad(i)).collect();
+        if !needed.contains(&true) {
+            return (0..n_all).map(|_| None).collect();
+        }
         let saved = ctx.saved_tensors();
-        let detached: Vec<Tensor> = saved
-            .iter()
-            .map(|t| {
-                if t.defined() {
-                    t.detach().set_requires_grad(t.requires_grad())
-                } else {
-                    Tensor::new()
-                }
-            })
-            .collect();
+        let (inputs, frontier) = saved.split_at(self.n);
+        // The engine's grad mode: on for a backward with `create_graph`.
+        let create_graph = crate::is_grad_enabled();
+        let cut = Cut::new(inputs, create_graph)
+            .unwrap_or_else(|e| panic!("recompute: cannot cut the recomputed inputs: {e}"));
         let generators = ctx
             .get::<Generators>()
             .expect("recompute saved its generators");
@@ -134,46 +149,228 @@ where
                 .enter()
                 .unwrap_or_else(|e| panic!("recompute: cannot re-enter the forward's scopes: {e}"));
             let Ok(_grad) = crate::EnableGrad.enter();
-            let refs: Vec<&Tensor> = detached.iter().collect();
+            let refs: Vec<&Tensor> = cut.inputs.iter().collect();
             self.call(&refs)
         };
-        let (mut with_grad, mut their_grads) = (Vec::new(), Vec::new());
+        let (mut roots, mut their_grads) = (Vec::new(), Vec::new());
         for (o, g) in outputs.iter().zip(grads) {
             if o.defined() && o.requires_grad() && g.defined() {
-                with_grad.push(o);
+                roots.push(o);
                 their_grads.push(g);
             }
         }
-        if !with_grad.is_empty() {
-            super::ffi::backward(&with_grad, &their_grads)
-                .unwrap_or_else(|e| panic!("recompute: backward through the recomputed body: {e}"));
-        }
-        let mut out: Vec<Option<Tensor>> = detached
-            .iter()
-            .map(|d| {
-                if d.defined() && d.requires_grad() {
-                    let g = d.grad();
-                    g.defined().then_some(g)
+        // Only what this backward asks for, as `torch.autograd.grad`
+        // (accumulating nothing): the engine routes the results.
+        let asked: Vec<usize> = (0..n_all)
+            .filter(|&i| {
+                let t = if i < self.n {
+                    &cut.inputs[i]
                 } else {
-                    None
-                }
+                    &frontier[i - self.n]
+                };
+                needed[i] && t.defined() && t.requires_grad()
             })
             .collect();
-        // The dummy input's, if any.
-        out.resize_with(ctx.inputs.len(), || None);
+        let mut out: Vec<Option<Tensor>> = (0..n_all).map(|_| None).collect();
+        if !roots.is_empty() && !asked.is_empty() {
+            let targets: Vec<&Tensor> = asked
+                .iter()
+                .map(|&i| {
+                    if i < self.n {
+                        &cut.inputs[i]
+                    } else {
+                        &frontier[i - self.n]
+                    }
+                })
+                .collect();
+            let got = super::ffi::grad(&roots, &their_grads, &targets, create_graph, create_graph)
+                .unwrap_or_else(|e| panic!("recompute: backward through the recomputed body: {e}"));
+            for (&i, g) in asked.iter().zip(got) {
+                out[i] = g.defined().then_some(g);
+            }
+        }
+        cut.open();
         out
     }
 }
 
+/// The inputs of a recomputation, detached. Without `create_graph` those
+/// that require grad are leaves; with it, each has an identity node into
+/// its input's graph as `grad_fn`, closed (passing nothing on) until
+/// [`Cut::open`]. Either way the backward through the recomputed body stops
+/// at the cut (its gradients are the recompute node's, which the engine
+/// passes on), and once open a double backward through the gradients'
+/// graph goes on into the inputs' own graph.
+struct Cut {
+    inputs: Vec<Tensor>,
+    pending: *mut c_void,
+}
+
+impl Cut {
+    fn new(inputs: &[Tensor], create_graph: bool) -> Result<Cut, String> {
+        let h = super::ffi::handles(inputs);
+        let mut out = vec![std::ptr::null_mut(); inputs.len()];
+        let mut pending = std::ptr::null_mut();
+        // SAFETY: live handles, only read; room for one handle per input;
+        // a writable out-param.
+        ffi::check(unsafe {
+            tch_scope_recompute_cut(
+                h.as_ptr(),
+                h.len(),
+                create_graph,
+                out.as_mut_ptr(),
+                &mut pending,
+            )
+        })?;
+        // SAFETY: on success every slot holds a new handle.
+        let inputs = unsafe { super::ffi::adopt(out) };
+        Ok(Cut { inputs, pending })
+    }
+
+    /// Lets gradients through the cut from now on.
+    fn open(mut self) {
+        let pending = std::mem::replace(&mut self.pending, std::ptr::null_mut());
+        // SAFETY: the cut's list, given back once (freed by the call).
+        unsafe { tch_scope_recompute_open(pending) }
+    }
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        if !self.pending.is_null() {
+            // Unwinding from the body: the list is freed (opening nodes
+            // that nothing built after the panic can reach).
+            // SAFETY: the cut's list, given back once.
+            unsafe { tch_scope_recompute_open(self.pending) }
+        }
+    }
+}
+
+/// The tensors outside a body's graph whose gradients it computes: the
+/// edges out of the nodes the body made (sequence numbers `first..end`,
+/// taken on this thread while it ran) other than into its inputs.
+fn frontier(
+    outputs: &[Tensor],
+    inputs: &[Tensor],
+    first: u64,
+    end: u64,
+) -> Result<Vec<Tensor>, String> {
+    let (o, i) = (super::ffi::handles(outputs), super::ffi::handles(inputs));
+    let (mut list, mut n) = (std::ptr::null_mut(), 0);
+    // SAFETY: live handles, only read; writable out-params.
+    ffi::check(unsafe {
+        tch_scope_recompute_frontier(
+            o.as_ptr(),
+            o.len(),
+            i.as_ptr(),
+            i.len(),
+            first,
+            end,
+            &mut list,
+            &mut n,
+        )
+    })?;
+    let mut out = vec![std::ptr::null_mut(); n];
+    // SAFETY: the list made above with `n` tensors, taken once.
+    unsafe { tch_scope_tensor_list_take(list, out.as_mut_ptr()) };
+    // SAFETY: `n` new handles.
+    Ok(unsafe { super::ffi::adopt(out) })
+}
+
+/// The first run of `f` and the [`Recompute`] node over it: `Err` carries
+/// `f`'s panic or libtorch's refusal.
+fn apply<F>(inputs: &[&Tensor], f: F) -> Result<Vec<Tensor>, Failure>
+where
+    F: Fn(&[&Tensor]) -> Vec<Tensor> + Send + 'static,
+{
+    let mut devices: Vec<i32> = inputs
+        .iter()
+        .filter(|t| t.defined())
+        .filter_map(|t| match t.device() {
+            Device::Cuda(i) => i32::try_from(i).ok(),
+            _ => None,
+        })
+        .collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let generators = Generators::save(devices).map_err(|e| {
+        Failure::Torch(format!("recompute: cannot save the random generators: {e}"))
+    })?;
+    // The first run records its graph (freed when it returns), to find the
+    // tensors outside it that need gradients: the same peak as the
+    // recomputation's in backward.
+    let detached: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| {
+            if t.defined() {
+                t.detach().set_requires_grad(t.requires_grad())
+            } else {
+                Tensor::new()
+            }
+        })
+        .collect();
+    // SAFETY: reads a thread-local counter.
+    let first = unsafe { tch_scope_autograd_sequence_peek() };
+    let outputs = {
+        let refs: Vec<&Tensor> = detached.iter().collect();
+        catch_unwind(AssertUnwindSafe(|| f(&refs))).map_err(Failure::Panic)?
+    };
+    // SAFETY: as above.
+    let end = unsafe { tch_scope_autograd_sequence_peek() };
+    let frontier = frontier(&outputs, &detached, first, end).map_err(Failure::Torch)?;
+    let outputs: Vec<Tensor> = outputs
+        .iter()
+        .map(|o| {
+            if o.defined() {
+                o.detach()
+            } else {
+                Tensor::new()
+            }
+        })
+        .collect();
+    drop(detached);
+    let mut all = inputs.to_vec();
+    all.extend(&frontier);
+    let node = Recompute {
+        body: Mutex::new(f),
+        n: inputs.len(),
+        first: Mutex::new(Some((outputs, generators))),
+    };
+    node.f_apply(&all)
+        .map_err(|e| Failure::Torch(e.to_string()))
+}
+
+enum Failure {
+    Torch(String),
+    Panic(Box<dyn std::any::Any + Send>),
+}
+
 /// Activation recomputation, `torch.utils.checkpoint(f, *inputs)` with
-/// the random state kept (`preserve_rng_state`): `f` runs under `no_grad`
-/// and only `inputs` are kept; `backward` restores the CPU generator (and
-/// the CUDA generators of the inputs' devices) and the forward's per-thread
-/// scopes (autocast, … through [`Context`]) as they were, runs `f` again
-/// with grad on and backpropagates through it. Gradients are bitwise
-/// those of calling `f` directly, dropout included; parameters `f` reaches
+/// the random state kept (`preserve_rng_state`): only `inputs` are kept
+/// for the backward, which restores the CPU generator (and the CUDA
+/// generators of the inputs' devices) and the forward's per-thread scopes
+/// (autocast, … through [`Context`]) as they were, runs `f` again with
+/// grad on and backpropagates through it. Gradients are bitwise those of
+/// calling `f` directly, dropout included; parameters `f` reaches
 /// (captured tensors, an `Arc`'d module) get theirs. The generators are
 /// put back after the recomputation.
+///
+/// The parameters `f` reaches are found in its first run, which records
+/// its graph while it runs and frees it when it returns (the peak is the
+/// recomputation's own); they become inputs of the recompute node, so the
+/// engine routes their gradients as it would through `f` itself:
+/// - a backward asked for some tensors only (tch's `Tensor::run_backward`,
+///   PyTorch's `torch.autograd.grad` or `backward(inputs=…)`) computes
+///   exactly those gradients, the captured parameters' included, and
+///   writes no `.grad`; the body is not even recomputed when none of them
+///   depends on it;
+/// - double backward works: with `create_graph` the gradients have a graph
+///   through the recomputed body into `f`'s parameters and its inputs'
+///   own graph (a gradient penalty gets the plain call's gradients).
+///
+/// `f` must compute the same graph each time it runs, on the calling
+/// thread (tensors that require grad and are made on another thread
+/// inside `f` are not seen).
 ///
 /// `f` is kept until the backward, so it owns what it captures (`'static`,
 /// `Send`):
@@ -182,9 +379,8 @@ where
 /// so a recompute nested in `f` runs plainly in the forward and as a
 /// recompute of its own in the recomputation.
 ///
-/// The outputs require grad whenever grad mode is on (when no input
-/// requires grad, parameters inside `f` may still need theirs). Backward
-/// through it is first order only (as the reentrant checkpoint).
+/// The outputs require grad when an input or a tensor `f` reaches requires
+/// grad.
 ///
 /// ```
 /// use tch::{Device, Kind, Tensor, nn::Module};
@@ -208,9 +404,11 @@ where
     if !crate::is_grad_enabled() || crate::is_inference_mode_enabled() {
         return f(inputs);
     }
-    let dummy = needs_dummy(inputs);
-    let all = with_dummy(inputs, dummy.as_ref());
-    Recompute::new(f, inputs.len()).apply(&all)
+    match apply(inputs, f) {
+        Ok(out) => out,
+        Err(Failure::Panic(p)) => resume_unwind(p),
+        Err(Failure::Torch(e)) => panic!("{e}"),
+    }
 }
 
 /// [`recompute`], returning libtorch's error or a panic of `f` as an `Err`.
@@ -222,113 +420,11 @@ where
     F: Fn(&[&Tensor]) -> Vec<Tensor> + Send + 'static,
 {
     if !crate::is_grad_enabled() || crate::is_inference_mode_enabled() {
-        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(inputs)))
+        return catch_unwind(AssertUnwindSafe(|| f(inputs)))
             .map_err(|p| TchError::Torch(super::panic_message(&*p)));
     }
-    let dummy = needs_dummy(inputs);
-    let all = with_dummy(inputs, dummy.as_ref());
-    Recompute::new(f, inputs.len()).f_apply(&all)
+    apply(inputs, f).map_err(|e| match e {
+        Failure::Torch(e) => TchError::Torch(e),
+        Failure::Panic(p) => TchError::Torch(super::panic_message(&*p)),
+    })
 }
-
-/// An empty leaf that requires grad, when no input does: the recomputation
-/// must run for the parameters inside.
-fn needs_dummy(inputs: &[&Tensor]) -> Option<Tensor> {
-    let any = inputs.iter().any(|t| t.defined() && t.requires_grad());
-    (!any).then(|| Tensor::empty([0], (Kind::Float, Device::Cpu)).set_requires_grad(true))
-}
-
-fn with_dummy<'a>(inputs: &[&'a Tensor], dummy: Option<&'a Tensor>) -> Vec<&'a Tensor> {
-    let mut all = inputs.to_vec();
-    all.extend(dummy);
-    all
-}
-
-/// An owned copy of a value a recomputed function captures, sharing its
-/// tensors (`shallow_clone`): what `#[recompute]` keeps of its non-tensor
-/// parameters until the backward, and what a closure given to
-/// [`recompute`] can move in. Implemented for tensors, `nn::Linear`,
-/// `Arc<T>`, plain values (numbers, `bool`, `Kind`, `Device`, `String`,
-/// `&'static str`), and `Option`s, `Vec`s and pairs of them; implement it
-/// for your own module (share its tensors) or pass an `Arc` of it.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be captured by a recomputed function",
-    note = "implement `tch_scope::autograd::Capture` for it (sharing its tensors with `shallow_clone`), or pass an `Arc` of it"
-)]
-pub trait Capture: Send + 'static {
-    /// A copy sharing the tensors.
-    fn capture(&self) -> Self
-    where
-        Self: Sized;
-}
-
-impl Capture for Tensor {
-    fn capture(&self) -> Self {
-        self.shallow_clone()
-    }
-}
-
-impl Capture for tch::nn::Linear {
-    fn capture(&self) -> Self {
-        tch::nn::Linear {
-            ws: self.ws.shallow_clone(),
-            bs: self.bs.as_ref().map(Tensor::shallow_clone),
-        }
-    }
-}
-
-impl<T: ?Sized + Send + Sync + 'static> Capture for Arc<T> {
-    fn capture(&self) -> Self {
-        Arc::clone(self)
-    }
-}
-
-impl<T: Capture> Capture for Option<T> {
-    fn capture(&self) -> Self {
-        self.as_ref().map(T::capture)
-    }
-}
-
-impl<T: Capture> Capture for Vec<T> {
-    fn capture(&self) -> Self {
-        self.iter().map(T::capture).collect()
-    }
-}
-
-impl<A: Capture, B: Capture> Capture for (A, B) {
-    fn capture(&self) -> Self {
-        (self.0.capture(), self.1.capture())
-    }
-}
-
-macro_rules! capture_by_clone {
-    ($($t:ty),*) => {$(
-        impl Capture for $t {
-            fn capture(&self) -> Self {
-                self.clone()
-            }
-        }
-    )*};
-}
-
-capture_by_clone!(
-    bool,
-    char,
-    i8,
-    i16,
-    i32,
-    i64,
-    i128,
-    isize,
-    u8,
-    u16,
-    u32,
-    u64,
-    u128,
-    usize,
-    f32,
-    f64,
-    String,
-    &'static str,
-    Kind,
-    Device
-);
