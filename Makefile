@@ -123,12 +123,15 @@ gpu-bundle-smoke: gpu-bundle
 # Clippy over everything, then the peers bench, which measures tch-scope
 # without the examples' `metrics` feature. Both with --workspace: the
 # runtime's features stay those of the workspace, so nothing is built twice.
+# Last, the rustdoc with warnings as errors: a broken or private intra-doc
+# link hides what it points to from readers of the docs.
 lint: libtorch
 	$(CARGO) fmt --all --check
 	$(CARGO) fmt --manifest-path $(DOWNSTREAM) --check
 	@bash scripts/phase.sh clippy $(CARGO) clippy --workspace --all-targets -- -D warnings
 	@bash scripts/phase.sh clippy-peers $(CARGO) clippy --workspace --benches \
 		--no-default-features --features examples/peers -- -D warnings
+	@bash scripts/phase.sh doc env RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
 fmt:
 	$(CARGO) fmt --all

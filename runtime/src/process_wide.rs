@@ -250,12 +250,13 @@ fn refused<S: Setting>(value: &S::Value, e: String) -> ScopeError {
 /// [`Scope::suspend`](crate::Scope::suspend) and
 /// [`Scope::resume`](crate::Scope::resume) are called around each move, as
 /// [`Spanned`](crate::Spanned) does: the guards of process-wide words,
-/// `!Send` by themselves (see `Held`, private).
+/// `!Send` by themselves (see `Held`, private), and a `checkpoint`'s (its
+/// metric log on the thread's stack of open logs).
 ///
 /// # Safety
-/// Only for guards whose thread-bound part is the registry's record of
-/// where they are active (kept right by `suspend` / `resume`), and whose
-/// other fields are `Send`.
+/// Only for guards whose thread-bound part is a per-thread record of
+/// where they are active (the registry's, or the open logs), kept right by
+/// `suspend` / `resume`, and whose other fields are `Send`.
 pub unsafe trait MovesWithTask {}
 
 /// How a [`Held`] names its word for a failed restore: the word itself, or

@@ -8,7 +8,8 @@ use crate::{Outcome, Scope};
 ///
 /// The guards of process-wide words (`seed`, `deterministic`, `eval(model)`,
 /// …) are `!Send`: a registry entry is active on the thread that entered
-/// it, and a scope entered later on that thread nests in it. A guard moved
+/// it, and a scope entered later on that thread nests in it. So is a
+/// `checkpoint`'s: its metric log is the thread's innermost open log. A guard moved
 /// to another thread by hand would still count as its first thread's, and
 /// that thread's next scope would nest in a scope it no longer holds.
 ///
@@ -16,7 +17,7 @@ use crate::{Outcome, Scope};
 /// macros' [`Spanned`](crate::Spanned) steps its guard off the thread when
 /// a poll suspends ([`Scope::suspend`]) and onto the next poll's thread
 /// ([`Scope::resume`]), so the holder follows the guard. The macros wrap
-/// every process-wide word in `Task`, whose guard is `Send` when the word's
+/// every process-wide word (and `checkpoint`) in `Task`, whose guard is `Send` when the word's
 /// guard is [`MovesWithTask`]. A synchronous expansion's guard is a hidden
 /// local of one stack frame, so it never moves.
 #[derive(Debug, Clone, Copy)]

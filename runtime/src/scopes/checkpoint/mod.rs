@@ -1,73 +1,5 @@
-//! `checkpoint(vs, "path")`: save a `tch::nn::VarStore` when the scope ends
-//! — normally, through `?`/`return`, or by a panic — crash-safely.
-//!
-//! It is a *training checkpoint* (weights saved on exit, `resume` to load
-//! them), **not** `torch.utils.checkpoint`'s activation checkpointing: it
-//! does not drop activations in the forward pass or recompute them in the
-//! backward one, and does not change memory use or autograd in any way.
-//!
-//! The file is written to a temporary file in the same folder, every write
-//! and the final flush checked, fsynced, renamed over `path`, and the folder
-//! fsynced: a process killed at any moment, a full disk or a file-size limit
-//! leaves the previous checkpoint or the new one, never a torn file; a save
-//! that fails is reported (see [`CheckpointGuard`]), never an abort. A save
-//! whose rename succeeded but whose folder's fsync failed is saved, not
-//! failed: the exit hook hears that its durability is not confirmed.
-//! With `resume`, entering loads `path` into the VarStore when it exists.
-//!
-//! # Exits
-//! The save runs with every deadline excluded: a `deadline` that has passed
-//! (perhaps the reason the body ended) refuses no operator of the save (the
-//! metric tensors, a CUDA VarStore's copy to the CPU), so
-//! `scoped!(deadline(d), checkpoint(vs, p) => …)` writes the checkpoint and
-//! then ends with the deadline's error. The save calls only tch's fallible
-//! functions: it never panics.
-//!
-//! Two checkpoints of one path in one process (two threads, or nested):
-//! the file keeps the save of the checkpoint left last — the order of the
-//! exits decides, not which write happens to finish last.
-//!
-//! # What a failed exit saves
-//! A `deadline` stops the body at the next operator, wherever that is: in
-//! the middle of an optimizer step (some parameters updated, others not),
-//! or of a backward pass (a `.grad` partly accumulated). By default the
-//! checkpoint saves on every exit, as a Python `finally` does — that
-//! half-done state too. With
-//! [`save_on_failure(false)`](Checkpoint::save_on_failure)
-//! (`checkpoint(vs, p, save_on_failure = false)` in the macros) no failed exit
-//! saves, and the last good file stays: see that method for what counts as
-//! failed.
-//!
-//! # Metrics
-//! The body appends metrics with [`log_metric`]`("loss", v)`: they go to the
-//! innermost open checkpoint of the thread (like [`current_device`]
-//! (crate::current_device) names the innermost device), so no handle has to
-//! be threaded through the body or through functions it calls — and
-//! `#[checkpoint(..)]` on a function works the same.
-//!
-//! In async code (an `async fn` with `#[checkpoint(..)]`, a `scoped!`
-//! body that awaits) a checkpoint is open on a thread only while its task
-//! is being polled there: when a poll suspends, the checkpoint steps off
-//! the thread ([`Scope::suspend`]), and the next poll puts it back on top
-//! of whatever is open on the polling thread ([`Scope::resume`]). So a
-//! task's metrics go to its own checkpoint however its polls interleave
-//! with other tasks' (`join!`, `FuturesUnordered`, a `LocalSet`, a
-//! current-thread runtime), and the task may move between the threads of
-//! a multi-thread runtime: the macros' future is `Send`. Between two polls
-//! of a task, neither [`log_metric`] nor [`metrics`] on that thread sees
-//! its checkpoint. Likewise, with
-//! [`save_on_failure(false)`](Checkpoint::save_on_failure), an operator
-//! refused by a deadline counts against the checkpoint only if it was
-//! refused while its own task was being polled.
-//!
-//! The log is saved in
-//! the *same* file as the weights, as f64 tensors named
-//! `__tch_scope_metric__.<name>`, so weights and metrics are replaced
-//! together, atomically; `resume` restores both, and [`metrics`] reads the
-//! log (e.g. to find the step to resume from). The file stays a plain
-//! VarStore file: `VarStore::load` reads it and ignores the metric tensors.
-//! The format follows the extension like `VarStore::save`: `.safetensors`
-//! or libtorch's own.
+//! `checkpoint(vs, "path")`: a `VarStore` saved crash-safely when the scope
+//! ends (documented on [`Checkpoint`], where the rustdoc shows it).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -186,7 +118,7 @@ pub fn metrics() -> Option<Metrics> {
 
 /// Saves `vs` (and the metric log) to `path` when the scope ends: a
 /// training checkpoint, not `torch.utils.checkpoint`'s activation
-/// recomputation (see the [module docs](self)).
+/// recomputation.
 ///
 /// ```
 /// use tch::{Device, nn};
@@ -201,6 +133,76 @@ pub fn metrics() -> Option<Metrics> {
 /// again.load(&path).unwrap(); // a plain VarStore file
 /// # std::fs::remove_file(&path).unwrap();
 /// ```
+///
+/// — normally, through `?`/`return`, or by a panic — crash-safely.
+///
+/// It is a *training checkpoint* (weights saved on exit, `resume` to load
+/// them), **not** `torch.utils.checkpoint`'s activation checkpointing: it
+/// does not drop activations in the forward pass or recompute them in the
+/// backward one, and does not change memory use or autograd in any way.
+///
+/// The file is written to a temporary file in the same folder, every write
+/// and the final flush checked, fsynced, renamed over `path`, and the folder
+/// fsynced: a process killed at any moment, a full disk or a file-size limit
+/// leaves the previous checkpoint or the new one, never a torn file; a save
+/// that fails is reported (see [`CheckpointGuard`]), never an abort. A save
+/// whose rename succeeded but whose folder's fsync failed is saved, not
+/// failed: the exit hook hears that its durability is not confirmed.
+/// With `resume`, entering loads `path` into the VarStore when it exists.
+///
+/// # Exits
+/// The save runs with every deadline excluded: a `deadline` that has passed
+/// (perhaps the reason the body ended) refuses no operator of the save (the
+/// metric tensors, a CUDA VarStore's copy to the CPU), so
+/// `scoped!(deadline(d), checkpoint(vs, p) => …)` writes the checkpoint and
+/// then ends with the deadline's error. The save calls only tch's fallible
+/// functions: it never panics.
+///
+/// Two checkpoints of one path in one process (two threads, or nested):
+/// the file keeps the save of the checkpoint left last — the order of the
+/// exits decides, not which write happens to finish last.
+///
+/// # What a failed exit saves
+/// A `deadline` stops the body at the next operator, wherever that is: in
+/// the middle of an optimizer step (some parameters updated, others not),
+/// or of a backward pass (a `.grad` partly accumulated). By default the
+/// checkpoint saves on every exit, as a Python `finally` does — that
+/// half-done state too. With
+/// [`save_on_failure(false)`](Checkpoint::save_on_failure)
+/// (`checkpoint(vs, p, save_on_failure = false)` in the macros) no failed exit
+/// saves, and the last good file stays: see that method for what counts as
+/// failed.
+///
+/// # Metrics
+/// The body appends metrics with [`log_metric`]`("loss", v)`: they go to the
+/// innermost open checkpoint of the thread (like [`current_device`]
+/// (crate::current_device) names the innermost device), so no handle has to
+/// be threaded through the body or through functions it calls — and
+/// `#[checkpoint(..)]` on a function works the same.
+///
+/// In async code (an `async fn` with `#[checkpoint(..)]`, a `scoped!`
+/// body that awaits) a checkpoint is open on a thread only while its task
+/// is being polled there: when a poll suspends, the checkpoint steps off
+/// the thread ([`Scope::suspend`]), and the next poll puts it back on top
+/// of whatever is open on the polling thread ([`Scope::resume`]). So a
+/// task's metrics go to its own checkpoint however its polls interleave
+/// with other tasks' (`join!`, `FuturesUnordered`, a `LocalSet`, a
+/// current-thread runtime), and the task may move between the threads of
+/// a multi-thread runtime: the macros' future is `Send`. Between two polls
+/// of a task, neither [`log_metric`] nor [`metrics`] on that thread sees
+/// its checkpoint. Likewise, with
+/// [`save_on_failure(false)`](Checkpoint::save_on_failure), an operator
+/// refused by a deadline counts against the checkpoint only if it was
+/// refused while its own task was being polled.
+///
+/// The log is saved in
+/// the *same* file as the weights, as f64 tensors named
+/// `__tch_scope_metric__.<name>`, so weights and metrics are replaced
+/// together, atomically; `resume` restores both, and [`metrics`] reads the
+/// log (e.g. to find the step to resume from). The file stays a plain
+/// VarStore file: `VarStore::load` reads it and ignores the metric tensors.
+/// The format follows the extension like `VarStore::save`: `.safetensors`
+/// or libtorch's own.
 #[derive(Debug)]
 pub struct Checkpoint<'a> {
     vs: &'a VarStore,
