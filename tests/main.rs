@@ -2,6 +2,7 @@
 //! (linking libtorch once), a module per concern.
 
 mod any_return;
+mod async_hidden_await;
 mod async_scopes;
 mod async_services;
 mod attributes;

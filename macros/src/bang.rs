@@ -37,8 +37,10 @@ pub(crate) fn scoped_tokens(flavor: Flavor, input: TokenStream) -> syn::Result<T
         tokens = quote!((#tokens));
     }
     Ok(match (body::awaits(&expr), flavor) {
-        (false, Flavor::Scoped) => expand::flat(&cx, &scopes, &tokens),
-        (false, Flavor::TryScoped) => expand::try_flat(&cx, &scopes, &tokens),
+        (false, Flavor::Scoped) => expand::flat(&cx, &scopes, &tokens, body::may_hide_await(&expr)),
+        (false, Flavor::TryScoped) => {
+            expand::try_flat(&cx, &scopes, &tokens, body::may_hide_await(&expr))
+        }
         (true, _) => expand::awaiting(&cx, &scopes, &tokens, flavor),
     })
 }
@@ -124,8 +126,13 @@ fn parse_scoped(input: ParseStream, flavor: Flavor) -> syn::Result<(Vec<Scope>, 
         Err(e) => return Err(errors.and(e)),
     };
     if body::awaits(&expr) {
-        for (span, keyword) in body::escapes(&expr) {
-            errors.push(syn::Error::new(span, escape_message(name, keyword)));
+        for (span, keyword) in body::awaiting_escapes(&expr) {
+            let message = if keyword == "?" {
+                question_message(name)
+            } else {
+                escape_message(name, keyword)
+            };
+            errors.push(syn::Error::new(span, message));
         }
     } else if let Some(word) = scopes.iter().map(Scope::word).find(|w| w.catches) {
         for (span, keyword) in body::escapes(&expr) {
@@ -167,6 +174,19 @@ fn escape_message(name: &str, keyword: &str) -> String {
          so the scopes can be re-entered on every poll, and `{keyword}` would leave only that \
          future. Put the scope on the async fn instead (`#[no_grad] async fn ...`), or move \
          the `{keyword}` out of the scoped body"
+    )
+}
+
+/// What to write instead of `?`: the fn-level scope, the `?` before the
+/// scope, or the body's future written out, whose `?` is then visibly its.
+fn question_message(name: &str) -> String {
+    format!(
+        "`?` inside a `{name}` body that `.await`s: the body runs as its own future so the \
+         scopes can be re-entered on every poll, and `?` would leave only that future, not \
+         the function. Put the scope on the async fn instead (`#[no_grad] async fn ...`), \
+         move the `?` out of the scoped body (`let x = load().await?;` before it), or make \
+         the body an async block of yours and apply `?` to its value: \
+         `{name}(no_grad => async {{ ...?; Ok(v) }}.await)?`"
     )
 }
 

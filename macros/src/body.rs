@@ -32,6 +32,79 @@ impl<'ast> Visit<'ast> for AwaitFinder {
     }
 }
 
+/// Whether the body calls a macro that might `.await` unseen: any macro
+/// but the standard library's and logging's, which never do (unless a
+/// macro is called inside them). Such a body's flat guards get a debug
+/// watch in the runtime (`watch_hidden_await`).
+pub(crate) fn may_hide_await(body: &Expr) -> bool {
+    let mut finder = HiddenFinder(false);
+    finder.visit_expr(body);
+    finder.0
+}
+
+struct HiddenFinder(bool);
+
+impl<'ast> Visit<'ast> for HiddenFinder {
+    fn visit_macro(&mut self, mac: &'ast Macro) {
+        let known = mac
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| SYNC_MACROS.iter().any(|m| s.ident == m));
+        self.0 |= !known || calls_a_macro(mac.tokens.clone());
+    }
+    fn visit_expr_closure(&mut self, _: &'ast ExprClosure) {}
+    fn visit_expr_async(&mut self, _: &'ast ExprAsync) {}
+    fn visit_item(&mut self, _: &'ast Item) {}
+}
+
+/// Macros that never await: std's and the logging facades'.
+const SYNC_MACROS: &[&str] = &[
+    "assert",
+    "assert_eq",
+    "assert_ne",
+    "concat",
+    "dbg",
+    "debug_assert",
+    "debug_assert_eq",
+    "debug_assert_ne",
+    "eprint",
+    "eprintln",
+    "format",
+    "format_args",
+    "matches",
+    "panic",
+    "print",
+    "println",
+    "stringify",
+    "todo",
+    "unimplemented",
+    "unreachable",
+    "vec",
+    "write",
+    "writeln",
+    "trace",
+    "debug",
+    "info",
+    "warn",
+    "error",
+    "event",
+];
+
+/// `name!(..)` anywhere in `tokens`.
+fn calls_a_macro(tokens: TokenStream) -> bool {
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    tokens.windows(3).any(|w| {
+        matches!(
+            w,
+            [TokenTree::Ident(_), TokenTree::Punct(p), TokenTree::Group(_)]
+                if p.as_char() == '!' && p.spacing() == proc_macro2::Spacing::Alone
+        )
+    }) || tokens
+        .iter()
+        .any(|t| matches!(t, TokenTree::Group(g) if calls_a_macro(g.stream())))
+}
+
 /// The macros that await without an `.await` in their input.
 const AWAITING_MACROS: &[&str] = &["join", "try_join", "select", "select_biased"];
 
@@ -72,12 +145,30 @@ pub(crate) fn escapes(body: &Expr) -> Vec<(Span, &'static str)> {
     finder.found
 }
 
+/// [`escapes`], and every `?` that acts on an awaiting body: in the flat
+/// form `?` acts on the enclosing fn, so in the future form it would
+/// silently mean something else (or fail as rustc's "async block that
+/// returns ..." where the user wrote no async block). A `deadline`'s
+/// closure keeps its documented `?`-acts-on-the-body.
+pub(crate) fn awaiting_escapes(body: &Expr) -> Vec<(Span, &'static str)> {
+    let mut finder = EscapeFinder {
+        questions: true,
+        ..EscapeFinder::default()
+    };
+    finder.visit_expr(body);
+    finder.found
+}
+
 #[derive(Default)]
 struct EscapeFinder {
     /// Loops entered inside the body: an unlabeled `break` targets them.
     loops: usize,
     /// Labels defined inside the body.
     labels: Vec<Lifetime>,
+    /// Whether `?` counts (outside `try` blocks, which own their `?`).
+    questions: bool,
+    /// `try { .. }` blocks entered inside the body.
+    try_blocks: usize,
     found: Vec<(Span, &'static str)>,
 }
 
@@ -134,6 +225,17 @@ impl<'ast> Visit<'ast> for EscapeFinder {
         if e.label.is_some() {
             self.labels.pop();
         }
+    }
+    fn visit_expr_try(&mut self, e: &'ast syn::ExprTry) {
+        if self.questions && self.try_blocks == 0 {
+            self.found.push((e.question_token.span, "?"));
+        }
+        visit::visit_expr_try(self, e);
+    }
+    fn visit_expr_try_block(&mut self, e: &'ast syn::ExprTryBlock) {
+        self.try_blocks += 1;
+        visit::visit_expr_try_block(self, e);
+        self.try_blocks -= 1;
     }
     fn visit_expr_closure(&mut self, _: &'ast ExprClosure) {}
     fn visit_expr_async(&mut self, _: &'ast ExprAsync) {}

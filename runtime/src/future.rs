@@ -15,6 +15,11 @@ use pin_project_lite::pin_project;
 
 use crate::{EntryError, Scope};
 
+mod watch;
+
+use watch::PollWatch;
+pub use watch::{Watch, watch_hidden_await};
+
 pin_project! {
     /// A future run inside a scope, re-entered on every poll. Made by
     /// [`ScopeFutureExt::in_scope`] and by the macros for async code.
@@ -89,12 +94,15 @@ impl<S: Scope, F: Future> Future for Scoped<S, F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        // Debug builds: no scope held across an unseen await (see `watch`).
+        let watch = PollWatch::start();
         let _guard = match this.scope.enter() {
             Ok(g) => g,
             Err(e) => return Poll::Ready(S::Error::output(Err(e))),
         };
         *this.live = true;
         let out = inner(this.future).poll(cx);
+        watch.returning();
         *this.live = out.is_pending();
         out.map(|v| S::Error::output(Ok(v)))
     }
@@ -188,6 +196,7 @@ impl<P: Scope, S: Scope, F: Future> Future for Spanned<P, S, F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        let watch = PollWatch::start();
         let outer = match this.each_poll.enter() {
             Ok(g) => g,
             Err(e) => return Poll::Ready(Err(e.or::<S::Error>())),
@@ -205,6 +214,7 @@ impl<P: Scope, S: Scope, F: Future> Future for Spanned<P, S, F> {
         }
         *this.live = true;
         let out = inner(this.future).poll(cx);
+        watch.returning();
         if out.is_pending() {
             if let Some(g) = this.guard.as_mut() {
                 // Nothing of `whole_future` stays entered on this thread while

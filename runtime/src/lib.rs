@@ -252,12 +252,20 @@ pub use tch_scope_macros::recompute;
 /// own future: per-thread scopes (grad and inference mode, `device`,
 /// `autocast`, `record`, `with`) and model modes (`eval`, `train`) are
 /// entered around every poll, the others (`timed`, memory scopes, `seed`,
-/// `checkpoint`, …) once for the whole future (see [`Spanned`]); there `?`
-/// acts on the
-/// body (making its value a `Result`) and `return`/`break`/`continue` out of
-/// it are compile errors. So they are in a body whose list has `deadline`,
+/// `checkpoint`, …) once for the whole future (see [`Spanned`]); there `?`,
+/// `return`, `break` and `continue` out of the body are compile errors
+/// (`?` in a closure or an async block of the body is its own:
+/// `scoped!(no_grad => async { ..?; Ok(v) }.await)?`). `return`, `break`
+/// and `continue` are errors in a body whose list has `deadline` too,
 /// which runs as a closure under `catch_unwind` so that the deadline can
-/// end it with its error (see [`Deadline`]).
+/// end it with its error (see [`Deadline`]); `?` there acts on the body.
+///
+/// `scoped!` sees `.await`, `join!`, `try_join!`, `select!` and
+/// `select_biased!`, not an `.await` hidden in another macro: write one
+/// visible `.await` (`async { my_macro!(..) }.await`). Debug builds
+/// report a per-thread scope held across such a hidden await when the
+/// thread next polls a scoped future, with the `scoped!`'s file and line
+/// (see `docs/words.md`); release builds pay nothing for the check.
 ///
 /// ```
 /// use tch_scope::{scoped, is_grad_enabled};

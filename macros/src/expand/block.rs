@@ -8,7 +8,7 @@ use quote::{ToTokens, quote, quote_spanned};
 
 use super::cx::Cx;
 use super::parts::{
-    as_block, catching, guard, local, outcome, quiet, quiet_group, saw, scope_value, spanned,
+    as_block, catching, guard, local, outcome, quiet, quiet_group, saw, scope_value, spanned, watch,
 };
 use crate::valid::Scope;
 
@@ -55,8 +55,10 @@ fn body_value(
 
 /// Flat guards in a block: no closure, so `?`, `return`, `break` and
 /// `continue` in the body act on the enclosing fn or loop (but with a
-/// `deadline`, whose body is a closure, they are compile errors).
-pub(crate) fn flat(cx: &Cx, scopes: &[Scope], body: &TokenStream) -> TokenStream {
+/// `deadline`, whose body is a closure, they are compile errors). `hides`:
+/// the body calls a macro that may await unseen (see [`watch`]).
+pub(crate) fn flat(cx: &Cx, scopes: &[Scope], body: &TokenStream, hides: bool) -> TokenStream {
+    let watch = watch(cx, scopes, Flavor::Scoped.name(), hides);
     let lets = scopes.iter().enumerate().map(|(i, scope)| {
         let span = scope.span();
         let (g, value, private) = (guard(i), scope_value(cx, scope), cx.private(span));
@@ -80,6 +82,7 @@ pub(crate) fn flat(cx: &Cx, scopes: &[Scope], body: &TokenStream) -> TokenStream
         quote!(#private::finish_or_panic(#g);)
     });
     quote!({
+        #watch
         #(#lets)*
         // A match arm, where a body that diverges (`panic!`, `break`) is
         // no clippy `diverging_sub_expression`.
@@ -98,7 +101,8 @@ pub(crate) fn flat(cx: &Cx, scopes: &[Scope], body: &TokenStream) -> TokenStream
 /// body (for a loop around the macro) would be E0695 in a labeled block.
 /// The scopes entered before one that fails, or before a `deadline` that
 /// ends the body, hear `Failed`: the block's value is that `Err`.
-pub(crate) fn try_flat(cx: &Cx, scopes: &[Scope], body: &TokenStream) -> TokenStream {
+pub(crate) fn try_flat(cx: &Cx, scopes: &[Scope], body: &TokenStream, hides: bool) -> TokenStream {
+    let watch = watch(cx, scopes, Flavor::TryScoped.name(), hides);
     let err = local("__tch_scope_err");
     let failed = outcome(cx, "Failed");
     let marked = catching(scopes).is_some();
@@ -111,7 +115,7 @@ pub(crate) fn try_flat(cx: &Cx, scopes: &[Scope], body: &TokenStream) -> TokenSt
         &quote!({ #all ::core::result::Result::Err(#err) }),
     );
     let n = scopes.len();
-    scopes
+    let nested = scopes
         .iter()
         .enumerate()
         .rev()
@@ -134,7 +138,12 @@ pub(crate) fn try_flat(cx: &Cx, scopes: &[Scope], body: &TokenStream) -> TokenSt
                     }
                 }
             }
-        })
+        });
+    if watch.is_empty() {
+        nested
+    } else {
+        quote!({ #watch #nested })
+    }
 }
 
 /// The body becomes a future whose every poll runs inside the per-thread

@@ -116,3 +116,24 @@ pub(super) fn outcome(cx: &Cx, name: &str) -> TokenStream {
 pub(super) fn catching(scopes: &[Scope]) -> Option<Ident> {
     scopes.iter().position(|s| s.word().catches).map(guard)
 }
+
+/// `let watch = watch_hidden_await(..);` before the flat guards of a body
+/// that calls a macro which may `.await` unseen (`hides`), when the list
+/// has per-thread words: debug builds report such a guard still entered
+/// while the thread polls another scoped future. Nothing otherwise.
+pub(super) fn watch(cx: &Cx, scopes: &[Scope], name: &str, hides: bool) -> TokenStream {
+    let per_poll = scopes
+        .iter()
+        .filter(|s| s.word().awaits == Awaits::EachPoll);
+    let Some(first) = per_poll.clone().next().filter(|_| hides) else {
+        return TokenStream::new();
+    };
+    let words = per_poll
+        .map(|s| s.word().name)
+        .collect::<Vec<_>>()
+        .join("`, `");
+    let span = first.span();
+    let private = cx.private(span);
+    let w = local("__tch_scope_watch");
+    quote_spanned!(span=> let #w = #private::watch_hidden_await(#name, #words);)
+}

@@ -306,6 +306,49 @@ fn jumps_out_of_an_awaiting_body() {
 }
 
 #[test]
+fn question_mark_in_an_awaiting_body() {
+    let message = "`?` inside a `scoped!` body that `.await`s: the body runs as its own future \
+                   so the scopes can be re-entered on every poll, and `?` would leave only that \
+                   future, not the function. Put the scope on the async fn instead";
+    one("no_grad => { let y = x.await?; y * 2.0 }", message, "?", 1);
+    one(
+        "no_grad => { let y = f()?; x.await }",
+        "`?` inside a `scoped!`",
+        "?",
+        1,
+    );
+    one(
+        "no_grad => { if c { g(x.await) } else { h(f()?) } }",
+        "`scoped!(no_grad => async { ...?; Ok(v) }.await)?`",
+        "?",
+        1,
+    );
+    // Every `?` on its own token; `try_scoped!` names itself.
+    let errors = errors(scoped_tokens(
+        Flavor::TryScoped,
+        lex("::rt ; no_grad => { let a = f()?; x.await; g(a)? }"),
+    ));
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[1].0.starts_with("`?` inside a `try_scoped!` body"));
+    assert!(errors[1].0.contains("`try_scoped!(no_grad => async {"));
+}
+
+#[test]
+fn question_mark_in_a_body_that_does_not_await_or_in_a_deadline_is_fine() {
+    for input in [
+        "no_grad => { let y = f()?; y }",
+        "deadline(d) => { let y = f()?; Ok(y) }",
+    ] {
+        let out = scoped_tokens(Flavor::Scoped, lex(&format!("::rt ; {input}")));
+        assert!(
+            out.is_ok(),
+            "{input}: {:?}",
+            out.err().map(|e| e.to_string())
+        );
+    }
+}
+
+#[test]
 fn jumps_in_a_body_that_does_not_await_are_fine() {
     for body in [
         "{ return 1; }",

@@ -167,6 +167,22 @@ fn try_scoped_awaiting_body() {
     );
 }
 
+/// A body calling a macro that may await unseen: a debug watch before the
+/// flat guards, naming the per-thread words only.
+#[test]
+fn scoped_body_with_a_macro_call() {
+    macro_snapshot(
+        "scoped_hidden_await",
+        Flavor::Scoped,
+        "no_grad, timed(\"step\"), device(0) => { let x = settle!(load()); model.forward(&x) }",
+    );
+    macro_snapshot(
+        "try_scoped_hidden_await",
+        Flavor::TryScoped,
+        "inference_mode => fetch!(url)",
+    );
+}
+
 #[test]
 fn scoped_model_modes() {
     macro_snapshot(
@@ -354,7 +370,10 @@ fn jumps_that_stay_inside_an_awaiting_body_are_fine() {
         "{ let f = || { return 1; }; x.await }",
         "{ let f = async { return 1; }; x.await }",
         "{ fn g() -> u8 { return 0; } x.await }",
-        "{ let y = f()?; x.await }",
+        "{ let f = |s: &str| -> Result<u8, E> { Ok(s.parse()?) }; x.await }",
+        "{ let y = async { f().await? }.await; y }",
+        "{ let y = async move { Ok::<_, E>(f()?) }.await; y }",
+        "{ fn g() -> Option<u8> { h()? } x.await }",
     ] {
         let out = scoped_tokens(Flavor::Scoped, lex(&format!("::rt ; no_grad => {body}")));
         assert!(

@@ -16,6 +16,8 @@ pub use words::*;
 pub use crate::ffi::inject_fault;
 
 pub use crate::{Chain, End, EntryError, Outcome, Scope, ScopeError, Scoped, Spanned};
+/// `scoped!` bodies that may hide an `.await` in a macro (debug check).
+pub use crate::future::{Watch, watch_hidden_await};
 
 use crate::{DeadlineGuard, When};
 use std::convert::Infallible;
