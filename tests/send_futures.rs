@@ -88,6 +88,23 @@ async fn with_async() -> u32 {
     4
 }
 
+/// A flat body that calls a macro gets a debug watch over its scopes
+/// (see `async_hidden_await`); dropped with them, before the next
+/// `.await`, it leaves the future `Send`.
+#[test]
+fn a_flat_body_that_calls_a_macro_keeps_its_future_send() {
+    macro_rules! double {
+        ($x:expr) => {
+            $x * 2
+        };
+    }
+    drop(assert_send(async {
+        let n = scoped!(with(Counter), timed("send::flat_macro") => double!(3));
+        YieldOnce::default().await;
+        n
+    }));
+}
+
 #[test]
 fn model_and_with_futures_are_send() {
     let model = CModule::load(

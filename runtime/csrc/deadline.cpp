@@ -20,6 +20,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common.h"
 #include "context.h"
@@ -83,6 +84,27 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
   // TorchScript interpreter runs, which is what the deadline promises.
   c10::impl::ExcludeDispatchKeyGuard parts_unchecked(kKey);
   op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kKey), stack);
+}
+
+// The key a stop's refusal lives on (see tch_scope_stop_prepare below);
+// a functionality key below kKey, so a deadline's check runs first.
+constexpr auto kStopKey = c10::DispatchKey::TESTING_ONLY_GenericWrapper;
+// `trip_at` of a refusal by a stop: no deadline's instant (those are >= 0).
+constexpr int64_t kStopAt = std::numeric_limits<int64_t>::min();
+// Set once, by the watcher thread, before any operator can reach the kernel.
+std::string stop_head;
+std::string stop_tail;
+
+// Refuses every operator that reaches it: "stopped by SIGINT at aten::mm:
+// ...". Counted as a deadline's trip is, so that a checkpoint sees its body
+// fail and a `deadline` scope around the operator ends with the stop's
+// message.
+void stop_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack*) {
+  State& s = state;
+  s.trip = stop_head + " at " + op.operator_name().name + stop_tail;
+  s.trip_at = kStopAt;
+  ++s.trips;
+  throw std::runtime_error(s.trip);
 }
 
 // Registered at the first deadline, for the life of the process.
@@ -183,13 +205,83 @@ const char* tch_scope_deadline_trip_message(void) { return state.trip.c_str(); }
 // Exclusion, not inclusion: an excluded key wins over an included one, so
 // the deadline entered by a scope inside the exit (which sets "included")
 // stays off too, and the open deadlines' state is untouched for when the
-// exclusion ends.
-bool tch_scope_deadline_exclude(void) {
-  bool was = c10::impl::tls_is_dispatch_key_excluded(kKey);
+// exclusion ends. A stop's refusal (below) is excluded with it: an exit's
+// save must run after a stop as after a deadline.
+uint8_t tch_scope_deadline_exclude(void) {
+  uint8_t was = (c10::impl::tls_is_dispatch_key_excluded(kKey) ? 1 : 0) |
+                (c10::impl::tls_is_dispatch_key_excluded(kStopKey) ? 2 : 0);
   c10::impl::tls_set_dispatch_key_excluded(kKey, true);
+  c10::impl::tls_set_dispatch_key_excluded(kStopKey, true);
   return was;
 }
 
-void tch_scope_deadline_unexclude(bool was) { c10::impl::tls_set_dispatch_key_excluded(kKey, was); }
+void tch_scope_deadline_unexclude(uint8_t was) {
+  c10::impl::tls_set_dispatch_key_excluded(kKey, (was & 1) != 0);
+  c10::impl::tls_set_dispatch_key_excluded(kStopKey, (was & 2) != 0);
+}
+
+// ---- A stop (SIGINT, SIGTERM, ...; runtime/src/stop/) refuses operators.
+//
+// The threads inside an open checkpoint have kStopKey in their TLS
+// "included" set from its entry on. Until a stop arrives the key has a
+// fallthrough fallback: the dispatcher masks a fallthrough key out of the
+// set it computes, so those threads pay nothing per operator (the boxed
+// check of a deadline would cost ~90 ns on each). A signal handler can't
+// touch another thread's TLS or the dispatcher, so when a stop arrives, a
+// watcher thread registers the refusing kernel on every operator
+// (registerImpl: a per-operator kernel wins over the fallthrough
+// fallback, and each operator switches from one to the other without a
+// moment of neither). From then on, the next operator of those threads is
+// refused with the stop's message.
+
+tch_scope_status tch_scope_stop_prepare(void) {
+  return tch_scope::guarded([] {
+    static c10::RegistrationHandleRAII* handle = [] {
+      auto& dispatcher = c10::Dispatcher::singleton();
+      if (dispatcher.hasBackendFallbackForDispatchKey(kStopKey)) {
+        throw std::runtime_error(
+            "another library registered a fallback on dispatch key TESTING_ONLY_GenericWrapper, "
+            "which the stop on a signal needs");
+      }
+      return new c10::RegistrationHandleRAII(dispatcher.registerFallback(
+          kStopKey, c10::KernelFunction::makeFallthrough(), "tch-scope stop (not stopped)"));
+    }();
+    (void)handle;
+  });
+}
+
+tch_scope_status tch_scope_stop_refuse(const char* head, const char* tail) {
+  return tch_scope::guarded([&] {
+    static bool done = false;
+    if (done) return;
+    done = true;
+    stop_head = head;
+    stop_tail = tail;
+    auto& dispatcher = c10::Dispatcher::singleton();
+    // Kept for the life of the process: a stop ends it.
+    static auto* handles = new std::vector<c10::RegistrationHandleRAII>();
+    for (const auto& name : dispatcher.getAllOpNames()) {
+      handles->push_back(dispatcher.registerImpl(
+          name, kStopKey, c10::KernelFunction::makeFromBoxedFunction<&stop_kernel>(), std::nullopt,
+          nullptr, "tch-scope stop"));
+    }
+  });
+}
+
+bool tch_scope_stop_include(void) {
+  bool was = c10::impl::tls_is_dispatch_key_included(kStopKey);
+  c10::impl::tls_set_dispatch_key_included(kStopKey, true);
+  return was;
+}
+
+void tch_scope_stop_restore(bool was) { c10::impl::tls_set_dispatch_key_included(kStopKey, was); }
+
+bool tch_scope_stop_defer(void) {
+  bool was = c10::impl::tls_is_dispatch_key_excluded(kStopKey);
+  c10::impl::tls_set_dispatch_key_excluded(kStopKey, true);
+  return was;
+}
+
+void tch_scope_stop_undefer(bool was) { c10::impl::tls_set_dispatch_key_excluded(kStopKey, was); }
 
 }  // extern "C"

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "common.h"
+
 namespace tch_scope::deadline {
 
 // `at` when no deadline is open.
@@ -45,8 +47,25 @@ extern "C" {
 // Takes the deadline's dispatch key out of the calling thread's dispatch
 // (the TLS "excluded" set, as c10::impl::ExcludeDispatchKeyGuard does), so
 // no open deadline refuses its operators; returns whether it was excluded
-// already, for tch_scope_deadline_unexclude. Never throws.
-bool tch_scope_deadline_exclude(void);
+// already (bit 0; bit 1: a stop's refusal was), for
+// tch_scope_deadline_unexclude. Excludes a stop's refusal too. Never throws.
+uint8_t tch_scope_deadline_exclude(void);
 // Puts the exclusion back as tch_scope_deadline_exclude found it (`was`).
-void tch_scope_deadline_unexclude(bool was);
+void tch_scope_deadline_unexclude(uint8_t was);
+
+// A stop on a signal (runtime/src/stop/): the fallthrough fallback on the
+// stop's key, registered once (fails if another library holds the key).
+tch_scope_status tch_scope_stop_prepare(void);
+// Switches the refusal on: every operator of a thread that includes the
+// key is refused with "<head> at <op><tail>". Once per process.
+tch_scope_status tch_scope_stop_refuse(const char* head, const char* tail);
+// Includes the stop's key in this thread's dispatch; returns whether it was.
+bool tch_scope_stop_include(void);
+// Puts the key's inclusion back to `was`.
+void tch_scope_stop_restore(bool was);
+// Excludes the stop's key on this thread (a `steps` loop: a stop ends it
+// at a step boundary instead); returns whether it was excluded.
+bool tch_scope_stop_defer(void);
+// Puts the key's exclusion back to `was`.
+void tch_scope_stop_undefer(bool was);
 }

@@ -175,6 +175,7 @@ pub mod report;
 mod scope;
 mod scopes;
 mod stack;
+mod stop;
 mod sync;
 mod thread_state;
 pub mod trace;
@@ -227,6 +228,7 @@ pub use scopes::precision::{
 };
 pub use scopes::sdpa::{Sdpa, SdpaBackend, SdpaGuard, sdpa_backends};
 pub use stack::ScopeStack;
+pub use stop::{set_stop_signals, stop_requested, stop_signal, stop_signals};
 
 pub use outcome::Outcome;
 pub use scopes::deadline::{Deadline, DeadlineGuard};

@@ -119,8 +119,8 @@ unsafe extern "C" {
     fn tch_scope_deadline_exit(at: i64, budget: i64, start: i64, instant: bool, included: bool);
     fn tch_scope_deadline_trips(trip_at: *mut i64) -> u64;
     fn tch_scope_deadline_trip_message() -> *const std::ffi::c_char;
-    fn tch_scope_deadline_exclude() -> bool;
-    fn tch_scope_deadline_unexclude(was: bool);
+    fn tch_scope_deadline_exclude() -> u8;
+    fn tch_scope_deadline_unexclude(was: u8);
 }
 
 /// A time budget or an instant for the scope: once it has passed, the
@@ -348,14 +348,17 @@ impl DeadlineGuard {
 /// While alive, no deadline refuses an operator of this thread: held by a
 /// scope's exit that runs operators (a checkpoint's save), so that a
 /// deadline that has passed (the reason the body ended, perhaps) does not
-/// make the exit fail, or panic inside `Drop` while a panic unwinds. The
+/// make the exit fail, or panic inside `Drop` while a panic unwinds. A
+/// stop's refusal of operators (see `crate::stop`) is lifted with it. The
 /// deadline's key is excluded, as `c10::impl::ExcludeDispatchKeyGuard`
 /// does; a deadline entered inside stays off too, and leaving puts the
 /// exclusion back as it was (so these nest).
 #[must_use = "the deadline is excluded only while the guard lives"]
 #[derive(Debug)]
 pub(crate) struct DeadlineExcluded {
-    was: bool,
+    /// Whether the deadline (bit 0) and a stop's refusal (bit 1) were
+    /// excluded already.
+    was: u8,
     _not_send: crate::PhantomNotSend,
 }
 
@@ -397,13 +400,18 @@ pub(crate) fn tripped_since(
     let mut trip_at = 0;
     // SAFETY: a writable out-param.
     let trips = unsafe { tch_scope_deadline_trips(&mut trip_at) };
-    if trips == mark || trip_at != at {
+    // A stop's refusal is every open scope's: it ends them all.
+    if trips == mark || (trip_at != at && trip_at != STOP_AT) {
         return None;
     }
     // SAFETY: a NUL-terminated thread-local string, copied at once.
     let msg = unsafe { CStr::from_ptr(tch_scope_deadline_trip_message()) };
     Some(ScopeError::ended(scope(), None, msg.to_string_lossy()))
 }
+
+/// The `trip_at` of an operator refused by a stop (`csrc/deadline.cpp`'s
+/// `kStopAt`): no deadline's instant, which are never negative.
+const STOP_AT: i64 = i64::MIN;
 
 /// Runs `f` under `catch_unwind`, then asks `passed`: its error if the
 /// deadline passed while `f` ran (a panic carrying that message, an `Err`,
