@@ -14,6 +14,8 @@ pub use words::*;
 /// Test-only: makes the shim's `op` fail `times` times on this thread (see
 /// `ffi::inject_fault`); the fault-injection tests in `tests/faults.rs`.
 pub use crate::ffi::inject_fault;
+/// Test-only: a stop listener without a checkpoint (`tests/stop.rs`).
+pub use crate::stop::testing as stop;
 
 pub use crate::{Chain, End, EntryError, Outcome, Scope, ScopeError, Scoped, Spanned};
 /// `scoped!` bodies that may hide an `.await` in a macro (debug check).

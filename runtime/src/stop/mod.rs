@@ -268,6 +268,45 @@ impl Drop for StopDeferred {
     }
 }
 
+/// Test-only (`tests/stop.rs` and its child process): a listener and the
+/// end of a stop without a checkpoint. Not a public API.
+#[doc(hidden)]
+pub mod testing {
+    use crate::ScopeError;
+
+    /// A [`StopListener`](super::StopListener) held by a test.
+    #[derive(Debug)]
+    pub struct Listener(#[allow(dead_code, reason = "held for its Drop")] super::StopListener);
+
+    /// [`listen`](super::listen).
+    ///
+    /// # Errors
+    /// As `listen`.
+    pub fn listen() -> Result<Listener, ScopeError> {
+        super::listen().map(Listener)
+    }
+
+    /// [`finish_if_stopped`](super::finish_if_stopped).
+    pub fn finish_if_stopped() {
+        super::finish_if_stopped();
+    }
+
+    /// A [`StopDeferred`](super::StopDeferred) (a `steps` loop's).
+    #[derive(Debug)]
+    pub struct Deferred(#[allow(dead_code, reason = "held for its Drop")] super::StopDeferred);
+
+    /// Lifts the refusal of operators on this thread while alive.
+    pub fn defer() -> Deferred {
+        Deferred(super::StopDeferred::new())
+    }
+
+    /// Whether a stop's refusal of operators is on (the watcher thread
+    /// switches it on shortly after the signal).
+    pub fn refusing() -> bool {
+        super::refusal::is_on()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{handler, refusal};

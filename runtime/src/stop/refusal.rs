@@ -3,6 +3,7 @@
 //! dispatcher's side and says why it costs nothing until a stop comes).
 
 use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::ffi;
 
@@ -39,6 +40,14 @@ pub(super) fn message_parts(signal: i32) -> (String, String) {
     )
 }
 
+/// Whether the refusal is on (the watcher switched it on).
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Whether a stop's refusal of operators is on.
+pub(super) fn is_on() -> bool {
+    ON.load(Ordering::SeqCst)
+}
+
 /// Switches the refusal on (the watcher thread, once a stop came).
 pub(super) fn switch_on(signal: i32) {
     let (head, tail) = message_parts(signal);
@@ -50,7 +59,9 @@ pub(super) fn switch_on(signal: i32) {
         // Loops that check `stop_requested` still stop; say why the
         // operators were not refused.
         crate::exit::report("stop", format_args!("could not refuse operators after a stop: {e}"));
+        return;
     }
+    ON.store(true, Ordering::SeqCst);
 }
 
 /// This thread's operators are refused after a stop while the mark is on

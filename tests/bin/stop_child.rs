@@ -1,0 +1,202 @@
+//! A child process for `tests/stop.rs`: `stop-child SCENARIO` opens a stop
+//! listener (what a checkpoint opens), prints `listening`, and waits for
+//! the parent's signals; each line it prints is a fact the parent checks.
+//! `stop-child bench N` times N small operators with and without a
+//! listener (run it in release; nothing is asserted on the numbers).
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tch::{Device, Kind, Tensor};
+use tch_scope::__private::stop;
+use tch_scope::{Deadline, stop_requested};
+
+/// Prints a line at once (the parent waits for it).
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// Waits for a stop, a minute at most (the parent's signal comes first).
+fn wait_for_stop() {
+    let start = Instant::now();
+    while !stop_requested() && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits a minute for the parent's signal to end the process.
+fn linger() {
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+fn small() -> Tensor {
+    Tensor::ones([4], (Kind::Float, Device::Cpu))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        // A loop of the user's own that checks between its steps.
+        Some("loop") => {
+            let listener = stop::listen().unwrap();
+            say("listening");
+            while !stop_requested() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            say("cleanup");
+            drop(listener);
+            stop::finish_if_stopped();
+            say("not ended");
+        }
+        // The stop comes; the cleanup is slow; a second signal ends it.
+        Some("second") => {
+            let listener = stop::listen().unwrap();
+            say("listening");
+            wait_for_stop();
+            say("cleaning");
+            linger();
+            say("cleanup finished");
+            drop(listener);
+            stop::finish_if_stopped();
+        }
+        // The last listener ends: the signals do what they did before.
+        Some("after") => {
+            drop(stop::listen().unwrap());
+            let nested = stop::listen().unwrap();
+            drop(stop::listen().unwrap());
+            drop(nested);
+            say("dropped");
+            linger();
+            say("still alive");
+        }
+        // Only SIGTERM stops: SIGINT does what it did before.
+        Some("only-sigterm") => {
+            tch_scope::set_stop_signals(&[libc::SIGTERM]).unwrap();
+            let _listener = stop::listen().unwrap();
+            say("listening");
+            linger();
+            say("still alive");
+        }
+        // The application's own handler, registered before the first
+        // listener, is called during a stop too.
+        Some("app-handler") => {
+            let app = Arc::new(AtomicBool::new(false));
+            signal_hook::flag::register(libc::SIGTERM, Arc::clone(&app)).unwrap();
+            let listener = stop::listen().unwrap();
+            say("listening");
+            wait_for_stop();
+            say(&format!("app handler called: {}", app.load(Ordering::SeqCst)));
+            drop(listener);
+            stop::finish_if_stopped();
+        }
+        // After the last listener, the application's handler has the
+        // signal as before: called, and the process lives on.
+        Some("app-after") => {
+            let app = Arc::new(AtomicBool::new(false));
+            signal_hook::flag::register(libc::SIGTERM, Arc::clone(&app)).unwrap();
+            drop(stop::listen().unwrap());
+            say("dropped");
+            let start = Instant::now();
+            while !app.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            say(&format!("app handler called: {}", app.load(Ordering::SeqCst)));
+            say(&format!("stop requested: {}", stop_requested()));
+        }
+        // No loop checks: the next operator is refused with the stop's
+        // message, and the cleanup runs.
+        Some("operator") => {
+            let listener = stop::listen().unwrap();
+            let a = small();
+            say("listening");
+            let start = Instant::now();
+            let err = loop {
+                match a.f_add(&a) {
+                    Ok(_) if start.elapsed() < Duration::from_secs(60) => {}
+                    Ok(_) => break "never refused".to_owned(),
+                    Err(e) => break e.to_string(),
+                }
+            };
+            say(&format!("refused: {}", err.lines().next().unwrap_or("")));
+            // The refusal is lifted for a save, as a checkpoint's exit does.
+            let saved = {
+                let _deferred = stop::defer();
+                a.f_add(&a).is_ok()
+            };
+            say(&format!("cleanup ran operators: {saved}"));
+            drop(listener);
+            stop::finish_if_stopped();
+        }
+        // The same through tch's panicking methods inside a `deadline`:
+        // the scope ends with the stop's ScopeError.
+        Some("deadline") => {
+            let listener = stop::listen().unwrap();
+            let a = Tensor::ones([2, 2], (Kind::Float, Device::Cpu));
+            say("listening");
+            let start = Instant::now();
+            let r = Deadline::new(Duration::from_secs(120)).run(|| {
+                while start.elapsed() < Duration::from_secs(60) {
+                    let _ = a.mm(&a);
+                }
+            });
+            match r {
+                Err(e) => say(&format!("scope error: {e}")),
+                Ok(()) => say("no error"),
+            }
+            drop(listener);
+            stop::finish_if_stopped();
+        }
+        // A steps loop defers the refusal: operators run after the stop
+        // until the loop looks at `stop_requested`.
+        Some("deferred") => {
+            let listener = stop::listen().unwrap();
+            let a = small();
+            let deferred = stop::defer();
+            say("listening");
+            let start = Instant::now();
+            while !stop::refusing() && start.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            say(&format!("operator after the stop: {}", a.f_add(&a).is_ok()));
+            drop(deferred);
+            say(&format!("refused without the deferral: {}", a.f_add(&a).is_err()));
+            drop(listener);
+            stop::finish_if_stopped();
+        }
+        Some("bench") => bench(args.get(2).and_then(|n| n.parse().ok()).unwrap_or(200_000)),
+        other => panic!("unknown scenario {other:?}"),
+    }
+}
+
+/// Nanoseconds per `add` of two 4-float tensors: without a listener, with
+/// one (the stop's key on the thread, no stop), and inside a `deadline`
+/// (the boxed check every operator pays there), best of 5 rounds each.
+fn bench(n: u32) {
+    let a = small();
+    let per_op = |a: &Tensor| {
+        (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..n {
+                    let _ = a.f_add(a).unwrap();
+                }
+                t.elapsed().as_nanos() as f64 / f64::from(n)
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let before = per_op(&a);
+    let listener = stop::listen().unwrap();
+    let listening = per_op(&a);
+    drop(listener);
+    let deadline = Deadline::new(Duration::from_secs(3600))
+        .run(|| per_op(&a))
+        .unwrap();
+    let after = per_op(&a);
+    say(&format!(
+        "ns per add: no listener {before:.1}, listener {listening:.1}, deadline {deadline:.1}, no listener again {after:.1}"
+    ));
+}

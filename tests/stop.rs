@@ -1,0 +1,209 @@
+//! Signals end a run cleanly: real child processes (`tests/bin/stop_child.rs`)
+//! get real signals while a stop listener (what a checkpoint opens) is
+//! alive, and end as the signal would have ended them (killed by it, so a
+//! shell reads 128 + the signal's number) after their cleanup ran. Waits
+//! are bounded (a minute for each line), nothing is timed.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A running `stop-child SCENARIO` and the lines it printed.
+struct Run {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Run {
+    fn start(scenario: &str) -> Run {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stop-child"))
+            .arg(scenario)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Run {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The next line, which must start with `prefix`.
+    fn expect(&mut self, prefix: &str) -> String {
+        let line = self.lines.recv_timeout(WAIT).unwrap_or_else(|e| {
+            let _ = self.child.kill();
+            panic!("no line {prefix:?} from the child ({e}); it printed {:?}", self.seen)
+        });
+        self.seen.push(line.clone());
+        assert!(line.starts_with(prefix), "expected {prefix:?}, got {line:?}; before: {:?}", self.seen);
+        line
+    }
+
+    fn signal(&self, signal: i32) {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        // SAFETY: kill(2) of our own child.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    /// Waits for the end (a minute at most) and the lines it printed after
+    /// those already expected.
+    fn end(mut self) -> (ExitStatus, Vec<String>) {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > WAIT {
+                let _ = self.child.kill();
+                panic!("the child did not end; it printed {:?}", self.seen);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let rest = self.lines.iter().collect();
+        (status, rest)
+    }
+}
+
+/// The child ended killed by `signal`, as a shell sees `128 + signal`.
+fn assert_killed_by(status: ExitStatus, signal: i32, rest: &[String]) {
+    assert_eq!(
+        status.signal(),
+        Some(signal),
+        "status {status:?}, expected killed by signal {signal}; then printed {rest:?}"
+    );
+}
+
+fn stopped_loop(signal: i32) {
+    let mut run = Run::start("loop");
+    run.expect("listening");
+    run.signal(signal);
+    run.expect("cleanup");
+    let (status, rest) = run.end();
+    assert_killed_by(status, signal, &rest);
+    assert!(rest.is_empty(), "{rest:?}");
+}
+
+#[test]
+fn sigint_ends_the_loop_runs_the_cleanup_and_the_process_dies_by_sigint() {
+    stopped_loop(libc::SIGINT);
+}
+
+#[test]
+fn sigterm_ends_the_loop_runs_the_cleanup_and_the_process_dies_by_sigterm() {
+    stopped_loop(libc::SIGTERM);
+}
+
+#[test]
+fn sigusr1_from_slurm_ends_the_loop_and_the_process_dies_by_sigusr1() {
+    stopped_loop(libc::SIGUSR1);
+}
+
+#[test]
+fn a_second_sigint_during_the_cleanup_ends_the_process_at_once() {
+    let mut run = Run::start("second");
+    run.expect("listening");
+    run.signal(libc::SIGINT);
+    run.expect("cleaning");
+    run.signal(libc::SIGINT);
+    let (status, rest) = run.end();
+    assert_killed_by(status, libc::SIGINT, &rest);
+    assert!(rest.is_empty(), "the cleanup went on: {rest:?}");
+}
+
+#[test]
+fn after_the_last_listener_sigterm_kills_as_before() {
+    let mut run = Run::start("after");
+    run.expect("dropped");
+    run.signal(libc::SIGTERM);
+    let (status, rest) = run.end();
+    assert_killed_by(status, libc::SIGTERM, &rest);
+    assert!(rest.is_empty(), "{rest:?}");
+}
+
+#[test]
+fn a_signal_left_out_of_the_stop_signals_kills_as_before() {
+    let mut run = Run::start("only-sigterm");
+    run.expect("listening");
+    run.signal(libc::SIGINT);
+    let (status, rest) = run.end();
+    assert_killed_by(status, libc::SIGINT, &rest);
+    assert!(rest.is_empty(), "{rest:?}");
+}
+
+#[test]
+fn the_applications_own_handler_is_called_during_a_stop() {
+    let mut run = Run::start("app-handler");
+    run.expect("listening");
+    run.signal(libc::SIGTERM);
+    run.expect("app handler called: true");
+    let (status, rest) = run.end();
+    assert_killed_by(status, libc::SIGTERM, &rest);
+}
+
+#[test]
+fn after_the_last_listener_the_applications_handler_has_the_signal_again() {
+    let mut run = Run::start("app-after");
+    run.expect("dropped");
+    run.signal(libc::SIGTERM);
+    run.expect("app handler called: true");
+    run.expect("stop requested: false");
+    let (status, rest) = run.end();
+    assert_eq!(status.code(), Some(0), "{status:?} {rest:?}");
+}
+
+#[test]
+fn outside_a_loop_the_next_operator_is_refused_with_the_stops_message() {
+    let mut run = Run::start("operator");
+    run.expect("listening");
+    run.signal(libc::SIGINT);
+    let line = run.expect("refused: ");
+    // tch's error puts its own words first ("Internal torch error: ").
+    assert!(line.contains("stopped by SIGINT at aten::add: "), "{line}");
+    assert!(
+        line.contains("the checkpoint saves and the process ends; press Ctrl-C again to end it at once"),
+        "{line}"
+    );
+    run.expect("cleanup ran operators: true");
+    let (status, rest) = run.end();
+    assert_killed_by(status, libc::SIGINT, &rest);
+}
+
+#[test]
+fn a_deadline_scope_ends_with_the_stops_scope_error() {
+    let mut run = Run::start("deadline");
+    run.expect("listening");
+    run.signal(libc::SIGTERM);
+    let line = run.expect("scope error: ");
+    // The first operator of `mm` after the stop (tch's `mm` calls
+    // `resolve_conj` too).
+    assert!(line.starts_with("scope error: stopped by SIGTERM at aten::"), "{line}");
+    assert!(line.ends_with("a second SIGTERM ends it at once"), "{line}");
+    let (status, rest) = run.end();
+    assert_killed_by(status, libc::SIGTERM, &rest);
+}
+
+#[test]
+fn a_deferred_refusal_lets_the_step_finish_its_operators() {
+    let mut run = Run::start("deferred");
+    run.expect("listening");
+    run.signal(libc::SIGINT);
+    run.expect("operator after the stop: true");
+    run.expect("refused without the deferral: true");
+    let (status, rest) = run.end();
+    assert_killed_by(status, libc::SIGINT, &rest);
+}
