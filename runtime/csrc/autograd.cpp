@@ -331,10 +331,15 @@ tch_scope_status tch_scope_recompute_frontier(void* const* outputs, size_t n_out
     // The inputs' accumulators: gradients reaching them go through the
     // recompute node's own inputs.
     std::unordered_set<const Node*> input_acc;
+    std::vector<NodePtr> held;
     for (size_t i = 0; i < n_inputs; ++i) {
       const auto& t = *static_cast<const at::Tensor*>(inputs[i]);
-      if (!t.defined()) continue;
-      if (auto acc = torch::autograd::impl::try_get_grad_accumulator(t)) input_acc.insert(acc.get());
+      // Made if the body used none yet (an output that is an input); held
+      // for the walk, so that the output's edge finds the same one.
+      if (t.defined() && t.requires_grad()) {
+        held.push_back(torch::autograd::impl::grad_accumulator(t));
+        input_acc.insert(held.back().get());
+      }
     }
     // Nodes the body made (sequence numbers taken on this thread while it
     // ran; accumulators have none) are walked; an edge to any other node

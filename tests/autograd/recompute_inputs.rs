@@ -282,3 +282,15 @@ fn a_captured_tensor_whose_graph_reaches_another_captured_one_is_refused() {
     let want = Vec::<f64>::try_from((&x * &p * 4.0).detach()).unwrap();
     assert_eq!(Vec::<f64>::try_from(p.grad()).unwrap(), want);
 }
+
+#[test]
+fn an_input_returned_as_it_is_gets_its_gradient_through_recompute() {
+    let x = Tensor::from_slice(&[1.0f64, -2.0]).set_requires_grad(true);
+    let y = Tensor::from_slice(&[0.5f64, 3.0]).set_requires_grad(true);
+    let out = recompute(&[&x, &y], |i| vec![i[0].shallow_clone(), i[1] * 2.0]);
+    let l = (&out[0] * &out[1]).sum(Kind::Double);
+    let g = Tensor::f_run_backward(&[&l], &[&x, &y], false, false).unwrap();
+    assert_eq!(Vec::<f64>::try_from(&g[0]).unwrap(), [1.0, 6.0]);
+    assert_eq!(Vec::<f64>::try_from(&g[1]).unwrap(), [2.0, -4.0]);
+    assert!(!x.grad().defined() && !y.grad().defined());
+}
