@@ -28,9 +28,23 @@ target/aoti/<torch version>-<hash of this script>/ and reads:
               in eval mode, exported with a dynamic batch: float32 [n, 32]
               for n from 1 to 4096 (tests/serve.rs serves it)
   serve_mlp.json  as mlp.json, for an input of shape [3, 32]
+  rows.pt2    y = Linear 16->4 (x - x.mean(1, keepdim=True)) + Embedding(10, 4)(ids).sum(1),
+              two inputs sharing a dynamic batch: x float32 [n, 16] and
+              ids int64 [n, 5], n from 1 to 4096. Centring the rows is
+              what makes Inductor's lowering ask whether n == 1: exported
+              with `backed_size_oblivious` around `torch.export.export`
+              alone, its input check refuses a batch of 1 ("expected it to
+              be >= 2"); around the compile as well, it takes 1
+  rows.json   for a batch of 1 and a batch of 5: the inputs (x as bit
+              patterns, ids as integers) and the eager model's output
   cuda_key.pt2  mlp.pt2 with its metadata's AOTI_DEVICE_KEY rewritten to
               "cuda": what a CUDA package looks like to a CPU-only loader
               (compiling a real one needs a GPU machine's toolchain)
+
+Every dynamic-batch package is run once, here, on a batch of 1 and on its
+example batch with `AOTI_RUNTIME_CHECK_INPUTS=1` (the package's own input
+check on): a package that refuses a lone row fails the export, not a
+server.
 
 The files are written to a temporary folder beside OUT_DIR and renamed into
 place at the end, so a reader sees all of them or none; an OUT_DIR that is
@@ -38,7 +52,6 @@ already there is kept.
 """
 
 import concurrent.futures
-import contextlib
 import json
 import multiprocessing
 import os
@@ -67,6 +80,19 @@ class Mlp(nn.Module):
 class Wide(nn.Module):
     def forward(self, x):
         return torch.relu(x * 2.0 + 1.0) * x
+
+
+class Rows(nn.Module):
+    """Two inputs with one dynamic batch; centring the rows broadcasts a
+    [n, 1] mean against [n, 16], which Inductor's lowering asks about."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 4)
+        self.emb = nn.Embedding(10, 4)
+
+    def forward(self, x, ids):
+        return self.lin(x - x.mean(1, keepdim=True)) + self.emb(ids).sum(1)
 
 
 SERVE_MLP = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "serve_mlp.pt"
@@ -102,25 +128,43 @@ def bits(t):
     return t.contiguous().view(torch.int32).flatten().tolist()
 
 
-def export(name, model, x, out, record=True, dynamic_batch=False):
+def dynamic_batch_export(model, args, path):
+    """The recipe for a package whose batch may be 1 (docs/words.md): dim 0
+    of every input is one dynamic `batch` from 1 to MAX_BATCH, and
+    `backed_size_oblivious` covers the export *and* the compile. Without
+    it the export specializes sizes 0 and 1 away; around the export alone,
+    Inductor's lowering (which re-reads the sizes) may still ask whether
+    the batch is 1 and write `>= 2` into the package's input check."""
+    batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
+    dynamic = tuple({0: batch} for _ in args)
+    with fx_config.patch(backed_size_oblivious=True):
+        ep = torch.export.export(model, args, dynamic_shapes=dynamic)
+        torch._inductor.aoti_compile_and_package(ep, package_path=path)
+
+
+def export(name, model, args, out, record=True, dynamic_batch=False):
     model.eval()
     path = str(out / f"{name}.pt2")
-    dynamic = None
-    oblivious = contextlib.nullcontext()
-    if dynamic_batch:
-        dynamic = ({0: torch.export.Dim("batch", min=1, max=MAX_BATCH)},)
-        # Without it the export specializes sizes 0 and 1 away and the
-        # package's input check refuses a batch of 1 ("expected it to be
-        # >= 2").
-        oblivious = fx_config.patch(backed_size_oblivious=True)
     with torch.no_grad():
-        with oblivious:
-            ep = torch.export.export(model, (x,), dynamic_shapes=dynamic)
-        torch._inductor.aoti_compile_and_package(ep, package_path=path)
+        if dynamic_batch:
+            dynamic_batch_export(model, args, path)
+        else:
+            ep = torch.export.export(model, args)
+            torch._inductor.aoti_compile_and_package(ep, package_path=path)
         runner = torch._inductor.aoti_load_package(path)
-        got = runner(x)
-        eager = model(x)
+        got = runner(*args)
+        eager = model(*args)
+        if dynamic_batch:
+            # The package's own check is on in this process (main sets
+            # AOTI_RUNTIME_CHECK_INPUTS): a lone row must pass it.
+            one = tuple(a[:1].clone() for a in args)
+            alone = runner(*one)
+            alone = alone[0] if isinstance(alone, (list, tuple)) else alone
+            want = model(*one)
+            if not torch.allclose(alone, want, atol=1e-5, rtol=0):
+                raise SystemExit(f"{name}.pt2 answers a batch of 1 unlike eager")
     got = got[0] if isinstance(got, (list, tuple)) else got
+    x = args[0]
     data = {"torch": torch.__version__, "input_shape": list(x.shape), "output_shape": list(got.shape)}
     if record:
         data["input_bits"] = bits(x)
@@ -164,23 +208,40 @@ def export_one(name, tmp):
         torch.manual_seed(0)
         mlp = Mlp()
         x = torch.randn(4, 32)
-        path, data = export("mlp", mlp, x, tmp)
+        path, data = export("mlp", mlp, (x,), tmp)
         write_json(tmp / "mlp.json", data)
         rewrite_device(path, tmp / "cuda_key.pt2", "cuda")
     elif name == "serve_mlp":
         torch.manual_seed(3)
         x = torch.randn(3, 32)
-        _, data = export("serve_mlp", serve_mlp(), x, tmp, dynamic_batch=True)
+        _, data = export("serve_mlp", serve_mlp(), (x,), tmp, dynamic_batch=True)
         write_json(tmp / "serve_mlp.json", data)
+    elif name == "rows":
+        torch.manual_seed(4)
+        rows = Rows().eval()
+        args = (torch.randn(3, 16), torch.randint(0, 10, (3, 5)))
+        export("rows", rows, args, tmp, record=False, dynamic_batch=True)
+        data = {"torch": torch.__version__}
+        for n in (1, 5):
+            x, ids = torch.randn(n, 16), torch.randint(0, 10, (n, 5))
+            with torch.no_grad():
+                y = rows(x, ids)
+            data[f"x{n}_bits"] = bits(x)
+            data[f"ids{n}"] = ids.flatten().tolist()
+            data[f"eager{n}_bits"] = bits(y)
+        write_json(tmp / "rows.json", data)
     else:
         torch.manual_seed(1)
         x = torch.randn(512, 1024)
-        path, data = export("wide", Wide(), x, tmp, record=False)
+        path, data = export("wide", Wide(), (x,), tmp, record=False)
         data["omp_num_threads"] = kernel_threads(path)
         write_json(tmp / "wide.json", data)
 
 
 def main(out):
+    # The packages' own input check, on in this process and the spawned
+    # workers (which inherit the environment): see export().
+    os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = "1"
     out = pathlib.Path(out).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
@@ -191,7 +252,8 @@ def main(out):
         # `wide` records.
         ctx = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as pool:
-            jobs = [pool.submit(export_one, n, str(tmp)) for n in ("mlp", "serve_mlp", "wide")]
+            names = ("mlp", "serve_mlp", "rows", "wide")
+            jobs = [pool.submit(export_one, n, str(tmp)) for n in names]
             for job in jobs:
                 job.result()
 

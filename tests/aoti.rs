@@ -244,62 +244,10 @@ fn a_package_for_a_device_this_process_lacks_is_refused() {
     }
 }
 
-#[test]
-fn wrong_inputs_are_errors_that_say_what_is_wrong() {
-    let dir = need_packages!();
-    let pkg = mlp_package(dir);
-    let e = mlp(dir);
-    let err = |inputs: &[&Tensor]| pkg.run(inputs).unwrap_err().to_string();
-
-    let msg = err(&[]);
-    assert!(
-        msg.ends_with("mlp.pt2: the package takes 1 input tensor, got 0"),
-        "{msg}"
-    );
-    let msg = err(&[&e.input, &e.input]);
-    assert!(
-        msg.ends_with("the package takes 1 input tensor, got 2"),
-        "{msg}"
-    );
-
-    // libtorch 2.11's runner gives no reason (its check prints one on
-    // stderr): there the error names the inputs given and says so.
-    let why = |msg: &str, reason: &str| msg.contains(reason) || msg.contains("refused its inputs");
-    let rows = Tensor::zeros([5, 32], (Kind::Float, Device::Cpu));
-    let msg = err(&[&rows]);
-    assert!(
-        msg.contains("a Float tensor of shape [5, 32]")
-            && why(&msg, "unmatched dim value at 0, expected: 4, but got: 5"),
-        "{msg}"
-    );
-    let cols = Tensor::zeros([4, 31], (Kind::Float, Device::Cpu));
-    let msg = err(&[&cols]);
-    assert!(
-        why(&msg, "unmatched dim value at 1, expected: 32, but got: 31"),
-        "{msg}"
-    );
-    let rank = Tensor::zeros([4, 32, 1], (Kind::Float, Device::Cpu));
-    assert!(pkg.run(&[&rank]).is_err());
-
-    let double = e.input.to_kind(Kind::Double);
-    let msg = err(&[&double]);
-    assert!(
-        msg.contains("a Double tensor") && why(&msg, "unmatched dtype"),
-        "{msg}"
-    );
-
-    let transposed = e.input.transpose(0, 1).contiguous().transpose(0, 1);
-    let msg = err(&[&transposed]);
-    assert!(why(&msg, "unmatched stride"), "{msg}");
-    // As the docs say: contiguous() is the fix.
-    assert_eq!(
-        bits_of(&pkg.run(&[&transposed.contiguous()]).unwrap()[0]),
-        e.runner_bits
-    );
-
-    // After every refusal the package still answers right.
-    assert_eq!(bits_of(&pkg.run(&[&e.input]).unwrap()[0]), e.runner_bits);
-}
+// Wrong inputs, what each input must be, a dynamic batch from 1, and
+// stderr: in inputs.rs.
+#[path = "aoti/inputs.rs"]
+mod inputs;
 
 // ---- scopes inside a run --------------------------------------------------
 

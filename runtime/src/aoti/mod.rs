@@ -30,24 +30,53 @@
 //! input (tests/aoti.rs checks it).
 //!
 //! # Bad input
-//! Every failure is a [`ScopeError`] saying what is wrong, never an abort:
-//! a missing file, a file that is not a package (or has no model of the
-//! name asked), a package compiled for a device this process has none of
-//! (`AOTI_DEVICE_KEY` in its metadata), the wrong number of inputs, and an
-//! input of the wrong shape, stride or dtype or on the wrong device.
+//! Every failure is a [`ScopeError`] naming `aoti::Package::run` (or
+//! `load`), the package's path, its device and what is wrong, never an
+//! abort: a missing file, a file that is not a package (or has no model of
+//! the name asked), a package compiled for a device this process has none
+//! of (`AOTI_DEVICE_KEY` in its metadata), and an input the package was not
+//! compiled for.
 //!
-//! The last four are checked by the package's own generated code, which
-//! does so only when the environment variable `AOTI_RUNTIME_CHECK_INPUTS`
-//! is set when the package first runs; without the checks it trusts its
-//! inputs, and a wrong shape reads out of bounds. So the first
-//! [`load`](Package::load) of the process sets `AOTI_RUNTIME_CHECK_INPUTS=1`
-//! unless the environment already has it (set it to `0` before to turn the
-//! checks off: a few comparisons per input and run). Inputs must have the
-//! strides they were exported with (contiguous, usually): pass
-//! `x.contiguous()` for a transposed view. The input count is checked
-//! here, always. A package does not record the torch version it was built
-//! with; it calls libtorch through its C shims (`aoti_torch_*`), and a
-//! library missing one of them fails to load with the symbol named.
+//! [`Package::run`] checks every input itself before the package sees it:
+//! the count, then each input's rank, dtype (named as tch names them:
+//! "input 0 does not match the package: a Double tensor (torch.float64),
+//! the package takes Float (torch.float32): Float [4, 32]"), device, the size of each dim (a fixed size, or the
+//! range of a dynamic one) and each stride that does not depend on a
+//! dynamic size. What each input must be is read at load from the
+//! package's own generated input check (the `check_input_<i>` functions of
+//! the wrapper source it ships; [`Package::input_specs`]), so the package's
+//! checker is never the one that refuses. A package whose source has no
+//! such check has its rank, dtype and device learned from its first run
+//! that succeeds, and its own check does the rest.
+//!
+//! A stride mismatch says how to fix it ("pass `x.contiguous()`" when the
+//! package takes a contiguous tensor); it is not fixed behind the caller's
+//! back, as that would copy the input on every run. The one exception: a
+//! dim of size 1 is never stepped over, so its stride carries no meaning,
+//! and an input that differs only there (which `.contiguous()` leaves as
+//! it is) is run as a view with the package's strides, without a copy.
+//!
+//! The package's own check runs too where `AOTI_RUNTIME_CHECK_INPUTS` is
+//! set when the package first runs (without it the package trusts its
+//! inputs and a wrong shape reads out of bounds): the first
+//! [`load`](Package::load) of the process sets it to `1` unless the
+//! environment already has it. It is a second line behind the checks
+//! above.
+//!
+//! # The package's stderr
+//! A package's runtime prints every failed run to `std::cerr` ("Error: …",
+//! and a C++ backtrace for an error of libtorch's, such as an embedding
+//! index out of range): a served package's clients could fill the
+//! server's log. The first load installs a filter on `std::cerr` that
+//! takes what a thread writes there while it is inside a run: a failed
+//! run's error line becomes the [`ScopeError`]'s reason (without the
+//! backtrace) and nothing of it reaches stderr; anything else written
+//! during a run is passed on to stderr after it. Writes of other threads,
+//! and outside runs, pass through unchanged.
+//!
+//! A package does not record the torch version it was built with; it
+//! calls libtorch through its C shims (`aoti_torch_*`), and a library
+//! missing one of them fails to load with the symbol named.
 //!
 //! # Threads
 //! A package holds a number of *runners* (model instances, libtorch's
@@ -88,14 +117,21 @@
 //! metadata ([`Package::device_key`]).
 
 use std::collections::BTreeMap;
-use std::ffi::{CStr, CString, c_char, c_void};
+use std::ffi::{CStr, c_char, c_void};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::{Mutex, Once, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
-use tch::Tensor;
+use tch::{Device, Tensor};
 
 use crate::{ScopeError, ffi};
+
+mod inputs;
+mod load;
+#[cfg(test)]
+mod tests;
+
+pub use inputs::{InputDim, InputSpec};
 
 #[repr(C)]
 struct RawPackage {
@@ -113,6 +149,7 @@ unsafe extern "C" {
     fn tch_scope_aoti_num_inputs(pkg: *const RawPackage) -> usize;
     fn tch_scope_aoti_num_outputs(pkg: *const RawPackage) -> usize;
     fn tch_scope_aoti_metadata(pkg: *const RawPackage) -> *const c_char;
+    fn tch_scope_aoti_input_checks(pkg: *const RawPackage) -> *const c_char;
     fn tch_scope_aoti_run(
         pkg: *mut RawPackage,
         inputs: *const *mut c_void,
@@ -142,6 +179,9 @@ pub struct Package {
     inputs: usize,
     outputs: usize,
     metadata: BTreeMap<String, String>,
+    /// Read from the package's input check at load, or learned from its
+    /// first run that succeeded.
+    specs: OnceLock<Vec<InputSpec>>,
 }
 
 // SAFETY: libtorch's loader runs under its container's own locks (a pool
@@ -188,12 +228,18 @@ impl Package {
     /// Runs the package on `inputs` (in the order of the exported
     /// function's tensor arguments), returning its outputs.
     ///
+    /// Every input is checked against what the package was compiled for
+    /// ([`input_specs`](Package::input_specs)) before the package sees it;
+    /// a refused input reaches no code of the package and writes nothing to
+    /// stderr.
+    ///
     /// # Errors
-    /// A [`ScopeError`] if the input count is not the package's, an input
-    /// does not match what the package was exported for (shape, stride,
-    /// dtype, device: see the [module docs](self)), the package's code
-    /// fails, or an open `deadline` has passed (its message, as for any
-    /// operator).
+    /// A [`ScopeError`] naming `aoti::Package::run`, the package's device
+    /// and path, and the reason: the input count is not the package's, an
+    /// input's rank, dtype, device, size or strides are not what the
+    /// package takes (see the [module docs](self)), the package's code
+    /// fails (its own message, without a backtrace), or an open `deadline`
+    /// has passed (its message, as for any operator).
     pub fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, ScopeError> {
         if inputs.len() != self.inputs {
             return Err(self.run_error(format!(
@@ -203,14 +249,31 @@ impl Package {
                 inputs.len()
             )));
         }
+        // Inputs differing only in the stride of a dim of size 1 run as a
+        // view with the package's strides.
+        let mut views: Vec<Option<Tensor>> = Vec::new();
+        if let Some(specs) = self.specs.get() {
+            for (i, (spec, t)) in specs.iter().zip(inputs).enumerate() {
+                let view = inputs::check(i, spec, t).map_err(|r| self.run_error(r))?;
+                if view.is_some() {
+                    views.resize_with(inputs.len(), || None);
+                    views[i] = view;
+                }
+            }
+        }
         let ptrs: Vec<*mut c_void> = inputs
             .iter()
-            .map(|t| t.as_ptr().cast_mut().cast::<c_void>())
+            .enumerate()
+            .map(|(i, t)| {
+                let t = views.get(i).and_then(Option::as_ref).unwrap_or(t);
+                t.as_ptr().cast_mut().cast::<c_void>()
+            })
             .collect();
         let mut outs: Vec<*mut c_void> = vec![std::ptr::null_mut(); self.outputs];
         let mark = crate::scopes::deadline::trips();
         // SAFETY: `raw` is live; `ptrs` holds `inputs.len()` live tensors
-        // (only read); `outs` has room for the package's output count.
+        // (only read; `views` outlives the call); `outs` has room for the
+        // package's output count.
         let status = unsafe {
             tch_scope_aoti_run(
                 self.raw.as_ptr(),
@@ -231,12 +294,29 @@ impl Package {
             }
             return Err(self.run_error(describe_input_error(&msg, inputs)));
         }
+        self.specs.get_or_init(|| inputs::learned(inputs));
         Ok(outs
             .into_iter()
             // SAFETY: each is a new `at::Tensor*` the shim made for us, as
             // tch's own functions return them; tch frees it on drop.
             .map(|p| unsafe { Tensor::from_ptr(p.cast()) })
             .collect())
+    }
+
+    /// What each input must be, one per input: read at load from the
+    /// package's own generated input check, or, for a package whose source
+    /// has none, learned from its first run that succeeded (`None` until
+    /// then). [`run`](Package::run) checks every input against these.
+    ///
+    /// ```no_run
+    /// let pkg = tch_scope::aoti::Package::load("model.pt2")?;
+    /// if let Some(specs) = pkg.input_specs() {
+    ///     println!("{}", specs[0]); // Float [1..=4096, 32]
+    /// }
+    /// # Ok::<(), tch_scope::ScopeError>(())
+    /// ```
+    pub fn input_specs(&self) -> Option<&[InputSpec]> {
+        self.specs.get().map(Vec::as_slice)
     }
 
     /// The path it was loaded from.
@@ -273,10 +353,16 @@ impl Package {
             .map_or("cpu", String::as_str)
     }
 
+    /// The device its errors name: CPU for a CPU package; none for
+    /// another (its index is the loader's choice).
+    fn device(&self) -> Option<Device> {
+        (self.device_key() == "cpu").then_some(Device::Cpu)
+    }
+
     fn run_error(&self, reason: String) -> ScopeError {
         ScopeError::new(
             "aoti::Package::run",
-            None,
+            self.device(),
             format!("{}: {reason}", self.path.display()),
         )
     }
@@ -302,137 +388,16 @@ impl Drop for Package {
     }
 }
 
-impl PackageOptions {
-    /// How many runs may proceed at once (libtorch's `num_runners`: model
-    /// instances sharing the weights); further callers wait. Default: the
-    /// number of CPUs this process may use. `0` is taken as 1.
-    pub fn runners(mut self, n: usize) -> Self {
-        self.runners = Some(n.max(1));
-        self
-    }
-
-    /// The model's name inside the package (`"model"`, PyTorch's default;
-    /// a package may hold several).
-    pub fn model_name(mut self, name: impl Into<String>) -> Self {
-        self.model_name = name.into();
-        self
-    }
-
-    /// Loads the package at `path` (a `.pt2` file, or a folder an unpacked
-    /// one was extracted to).
-    ///
-    /// # Errors
-    /// As [`Package::load`].
-    pub fn load(self, path: impl AsRef<Path>) -> Result<Package, ScopeError> {
-        let path = path.as_ref().to_path_buf();
-        let fail = |reason: String| {
-            ScopeError::new(
-                "aoti::Package::load",
-                None,
-                format!("{}: {reason}", path.display()),
-            )
-        };
-        match std::fs::metadata(&path) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(fail("no such file".into()));
-            }
-            Err(e) => return Err(fail(e.to_string())),
-        }
-        let c_path = path_cstring(&path).ok_or_else(|| fail("the path has a NUL byte".into()))?;
-        let c_name = CString::new(self.model_name.as_str())
-            .map_err(|_| fail("the model name has a NUL byte".into()))?;
-        let runners = self.runners.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-        });
-
-        let _lock = LOADER.lock().unwrap_or_else(PoisonError::into_inner);
-        enable_input_checks();
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: NUL-terminated strings and a writable out-param; one load
-        // at a time (LOADER).
-        let status =
-            unsafe { tch_scope_aoti_load(c_path.as_ptr(), c_name.as_ptr(), runners, &mut raw) };
-        ffi::check(status).map_err(|e| fail(describe_load_error(&e, &self.model_name)))?;
-        let raw = NonNull::new(raw).ok_or_else(|| fail("the loader returned nothing".into()))?;
-        // SAFETY: `raw` is live; the metadata string lives as long as it.
-        let (inputs, outputs, meta) = unsafe {
-            (
-                tch_scope_aoti_num_inputs(raw.as_ptr()),
-                tch_scope_aoti_num_outputs(raw.as_ptr()),
-                CStr::from_ptr(tch_scope_aoti_metadata(raw.as_ptr()))
-                    .to_string_lossy()
-                    .into_owned(),
-            )
-        };
-        let metadata = meta
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
-        Ok(Package {
-            raw,
-            path,
-            runners,
-            inputs,
-            outputs,
-            metadata,
-        })
-    }
-}
-
-fn path_cstring(path: &Path) -> Option<CString> {
-    use std::os::unix::ffi::OsStrExt;
-    CString::new(path.as_os_str().as_bytes()).ok()
-}
-
-/// Sets `AOTI_RUNTIME_CHECK_INPUTS=1` once, unless the environment has it.
-/// Called under LOADER, before any package of this process has run.
-fn enable_input_checks() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        if std::env::var_os(CHECK_INPUTS).is_none() {
-            // SAFETY: once per process, at the first load (before any
-            // package reads it). Rust's own readers take std's environment
-            // lock; a C library reading the environment on another thread
-            // at this very moment is the remaining hazard, as for any
-            // `setenv`.
-            unsafe { std::env::set_var(CHECK_INPUTS, "1") };
-        }
-    });
-}
-
-/// The loader's message, shortened where it is long and made plain where
-/// it is cryptic.
-fn describe_load_error(msg: &str, model_name: &str) -> String {
-    if msg.starts_with("Failed to initialize zip archive") {
-        return format!("not an AOTInductor package (not a zip archive: {msg})");
-    }
-    // libtorch 2.13 says the first, 2.11 the second.
-    if msg.starts_with("Failed to find wrapper metadata")
-        || msg.starts_with("Failed to find a generated cpp file or so file for model")
-    {
-        // The loader goes on to list every file of the archive.
-        return format!(
-            "not an AOTInductor package, or none with a model named {model_name:?} \
-             (no data/aotinductor/{model_name}/*_metadata.json in it)"
-        );
-    }
-    msg.lines().next().unwrap_or(msg).to_owned()
-}
-
-/// The package's own check names `input_handles[i]`; add what input `i`
-/// is, with dtypes by name (the check gives ScalarType numbers).
+/// The package's own message (what its check or code said), shortened to
+/// its first line where it goes on, with what input `i` is where it names
+/// `input_handles[i]`.
 fn describe_input_error(msg: &str, inputs: &[&Tensor]) -> String {
     let msg = msg.trim_end();
     if msg.contains("API call failed") {
-        // libtorch 2.11's runner: its check printed the reason on stderr
-        // and returned only this.
+        // A runner that gives no reason, and a package that printed none.
         let given: Vec<String> = inputs.iter().map(|t| describe_tensor(t)).collect();
         return format!(
-            "the package refused its inputs ({}); this libtorch's runner gives no reason \
-             (its check prints one on stderr): compare each input's shape, dtype and \
-             strides with the package's",
+            "the package refused its inputs ({}) and gave no reason",
             given.join(", ")
         );
     }
@@ -445,18 +410,18 @@ fn describe_input_error(msg: &str, inputs: &[&Tensor]) -> String {
             "input {i} ({}) does not match the package: {msg}",
             describe_tensor(t)
         ),
-        None => msg.to_owned(),
+        None => format!("the package's code failed: {msg}"),
     }
 }
 
-/// `a Float tensor of shape [5, 32], strides [32, 1], on Cpu`.
+/// `a Float tensor of shape [5, 32], strides [32, 1], on cpu`.
 fn describe_tensor(t: &Tensor) -> String {
     format!(
-        "a {} tensor of shape {:?}, strides {:?}, on {:?}",
+        "a {} tensor of shape {:?}, strides {:?}, on {}",
         t.f_kind()
             .map_or_else(|_| "?".to_owned(), |k| format!("{k:?}")),
         t.size(),
         t.stride(),
-        t.device()
+        crate::error::DeviceName(t.device())
     )
 }
