@@ -214,7 +214,10 @@ class StderrFilter final : public std::streambuf {
 thread_local std::string* StderrFilter::sink = nullptr;
 
 // Installed once, at the first load (under the Rust side's load lock), and
-// never removed: std::cerr may be written until the process ends.
+// never removed: std::cerr may be written until the process ends. The old
+// buffer stays alive and is still written through, so a write racing the
+// swap on another thread goes to stderr by either path (the swap itself is
+// one pointer store).
 StderrFilter* stderr_filter() {
   static StderrFilter* filter = [] {
     auto* f = new StderrFilter(std::cerr.rdbuf());
