@@ -144,3 +144,42 @@ tch_scope_status tch_scope_rng_seed(uint64_t s, const int32_t* list, int32_t n) 
 }
 
 }  // extern "C"
+
+// The generators' states as byte tensors, as `torch.get_rng_state()` and
+// `torch.cuda.get_rng_state(i)` give them, for a checkpoint's file: the
+// CPU generator is device -1, CUDA device i is i. A returned tensor is a
+// new `at::Tensor*` (tch's C_tensor) the caller owns.
+extern "C" {
+
+int32_t tch_scope_rng_cuda_count() {
+  try {
+    return cuda_devices();
+  } catch (...) {
+    return 0;
+  }
+}
+
+tch_scope_status tch_scope_rng_get_state(int32_t device, void** out) {
+  return tch_scope::guarded([&] {
+    at::Generator gen = device < 0 ? at::detail::getDefaultCPUGenerator() : [&] {
+      TORCH_CHECK(device < cuda_devices(), "no CUDA device ", device, " (", cuda_devices(),
+                  " present)");
+      return cuda_generator(device);
+    }();
+    *out = new at::Tensor(get_state(gen));
+  });
+}
+
+tch_scope_status tch_scope_rng_set_state(int32_t device, const void* state) {
+  return tch_scope::guarded([&] {
+    const auto& t = *static_cast<const at::Tensor*>(state);
+    at::Generator gen = device < 0 ? at::detail::getDefaultCPUGenerator() : [&] {
+      TORCH_CHECK(device < cuda_devices(), "the checkpoint holds the generator of CUDA device ",
+                  device, ", and only ", cuda_devices(), " are present");
+      return cuda_generator(device);
+    }();
+    set_state(gen, t);
+  });
+}
+
+}  // extern "C"

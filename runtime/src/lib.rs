@@ -216,7 +216,10 @@ pub use scopes::anomaly::{AnomalyGuard, DetectAnomaly, anomaly_mode};
 pub use scopes::autocast::{
     Autocast, AutocastDevice, AutocastGuard, autocast_cache_enabled, autocast_dtype,
 };
-pub use scopes::checkpoint::{Checkpoint, CheckpointGuard, Metrics, log_metric, metrics};
+pub use scopes::checkpoint::{
+    Checkpoint, CheckpointGuard, Metrics, RunState, SavedRun, Steps, log_metric, metrics, steps,
+    suspend_progress,
+};
 pub use scopes::deterministic::{Deterministic, DeterministicGuard, deterministic_mode};
 pub use scopes::profile::{Profile, ProfileGuard, Record, RecordGuard};
 pub use scopes::rng::{ForkDevices, ForkRng, RngGuard, Seed};

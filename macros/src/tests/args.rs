@@ -215,7 +215,7 @@ fn checkpoint_reports_every_mistake() {
     );
     one(
         "checkpoint(vs) => {}",
-        "`checkpoint` needs its `path` argument: write `checkpoint(vs, \"model.ot\", resume, save_on_failure = false)`",
+        "`checkpoint` needs its `path` argument: write `checkpoint(vs, \"model.ot\", resume, optimizer = opt, every = 100)`",
         "(",
         1,
     );

@@ -204,6 +204,28 @@ pub fn checkpoint<'a>(
     )
 }
 
+/// `optimizer = opt`, `every = k`, `state = s` of `checkpoint(..)`: the
+/// macros chain them on the scope, each borrowed like the VarStore.
+impl<'a> Task<Checkpoint<'a>> {
+    #[inline]
+    pub fn optimizer<O: crate::optim::Optimizer>(self, optimizer: &'a O) -> Self {
+        Task(self.0.optimizer(optimizer))
+    }
+
+    #[inline]
+    pub fn every(self, k: i64) -> Self {
+        Task(self.0.every(k))
+    }
+
+    #[inline]
+    pub fn state<T>(self, state: &'a crate::RunState<T>) -> Self
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned + Send,
+    {
+        Task(self.0.state(state))
+    }
+}
+
 #[inline(always)]
 pub fn detect_anomaly(check_nan: bool) -> Task<DetectAnomaly> {
     Task(DetectAnomaly::new().check_nan(check_nan))

@@ -27,6 +27,36 @@ unsafe extern "C" {
     fn tch_scope_rng_restore(state: *const c_void) -> ffi::Status;
     fn tch_scope_rng_free(state: *mut c_void);
     fn tch_scope_rng_seed(seed: u64, devices: *const i32, n: i32) -> ffi::Status;
+    fn tch_scope_rng_cuda_count() -> i32;
+    fn tch_scope_rng_get_state(device: i32, out: *mut *mut c_void) -> ffi::Status;
+    fn tch_scope_rng_set_state(device: i32, state: *const c_void) -> ffi::Status;
+}
+
+/// The states of the default generators, CPU first (device `-1`), then
+/// every CUDA device's, as `torch.get_rng_state()` and
+/// `torch.cuda.get_rng_state(i)` give them: byte tensors a checkpoint
+/// saves.
+pub(crate) fn generator_states() -> Result<Vec<(i32, tch::Tensor)>, String> {
+    // SAFETY: no arguments; the shim catches C++ exceptions.
+    let cuda = unsafe { tch_scope_rng_cuda_count() };
+    (-1..cuda)
+        .map(|device| {
+            let mut out = std::ptr::null_mut();
+            // SAFETY: `out` is writable; on success it holds a new
+            // `at::Tensor*` that we own (tch's C_tensor).
+            ffi::check(unsafe { tch_scope_rng_get_state(device, &mut out) })?;
+            // SAFETY: as above: a fresh tensor handle, owned once.
+            Ok((device, unsafe { tch::Tensor::from_ptr(out.cast()) }))
+        })
+        .collect()
+}
+
+/// Sets the default generator of `device` (`-1`: the CPU) to `state`, one
+/// that [`generator_states`] gave.
+pub(crate) fn set_generator_state(device: i32, state: &tch::Tensor) -> Result<(), String> {
+    // SAFETY: a live tensor handle for the call; the shim catches C++
+    // exceptions (a state of the wrong size, a missing device).
+    ffi::check(unsafe { tch_scope_rng_set_state(device, state.as_ptr().cast()) })
 }
 
 /// `torch.random.fork_rng()`: the generators' states are saved on entry and

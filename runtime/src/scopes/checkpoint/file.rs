@@ -34,12 +34,22 @@ fn variables(vs: &VarStore) -> MutexGuard<'_, Variables> {
     lock(&vs.variables_)
 }
 
-/// Writes the variables and the metric log to `path`, crash-safely, in
-/// `turn`. Only tch's fallible calls: it runs in `Drop`.
+/// The VarStore's variables by name (shallow: the same storage).
+pub(super) fn named_variables(vs: &VarStore) -> Vec<(String, Tensor)> {
+    variables(vs)
+        .named_variables
+        .iter()
+        .map(|(name, t)| (name.clone(), t.shallow_clone()))
+        .collect()
+}
+
+/// Writes `tensors` (the weights and the training state) and the metric
+/// log to `path`, crash-safely, in `turn`. Only tch's fallible calls: it
+/// runs in `Drop`, and on the background writer.
 pub(super) fn save(
-    vs: &VarStore,
     path: &Path,
     turn: &Turn,
+    tensors: &[(String, Tensor)],
     log: &Metrics,
 ) -> Result<Replaced, String> {
     let metrics = log
@@ -50,12 +60,10 @@ pub(super) fn save(
             Err(e) => Err(format!("metric {name}: {}", clean(&e))),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let vars = variables(vs);
-    let named: Vec<(&str, &Tensor)> = vars
-        .named_variables
+    let named: Vec<(&str, &Tensor)> = tensors
         .iter()
+        .chain(&metrics)
         .map(|(name, t)| (name.as_str(), t))
-        .chain(metrics.iter().map(|(name, t)| (name.as_str(), t)))
         .collect();
     let safetensors = is_safetensors(path);
     durable::replace_in_turn(path, turn, |tmp| {
@@ -218,15 +226,15 @@ fn write_safetensors(named: &[(&str, &Tensor)], w: &mut impl Write) -> Result<()
     Ok(())
 }
 
-/// Copies the file's tensors into `vs` (every variable must be there, with
-/// its shape) and returns the metric log stored with them. Nothing is
-/// copied unless every variable can be: the VarStore is loaded in full or
-/// left as it was.
-pub(super) fn load(vs: &VarStore, path: &Path) -> Result<Metrics, String> {
+/// The file's tensors (on `device`) and its metric log.
+pub(super) fn read(
+    path: &Path,
+    device: Device,
+) -> Result<(HashMap<String, Tensor>, Metrics), String> {
     let named = if is_safetensors(path) {
         Tensor::read_safetensors(path)
     } else {
-        Tensor::load_multi_with_device(path, vs.device())
+        Tensor::load_multi_with_device(path, device)
     }
     .map_err(|e| clean(&e))?;
     let mut log = Metrics::default();
@@ -246,7 +254,16 @@ pub(super) fn load(vs: &VarStore, path: &Path) -> Result<Metrics, String> {
             }
         }
     }
-    let mut vars = variables(vs);
+    Ok((tensors, log))
+}
+
+/// Checks that `tensors` hold every variable of `vs` with its shape.
+pub(super) fn check_variables(
+    vs: &VarStore,
+    path: &Path,
+    tensors: &HashMap<String, Tensor>,
+) -> Result<(), String> {
+    let vars = variables(vs);
     for (name, var) in &vars.named_variables {
         let src = tensors
             .get(name)
@@ -259,6 +276,15 @@ pub(super) fn load(vs: &VarStore, path: &Path) -> Result<Metrics, String> {
             ));
         }
     }
+    Ok(())
+}
+
+/// Copies `tensors` into `vs`, checked by [`check_variables`] first.
+pub(super) fn copy_variables(
+    vs: &VarStore,
+    tensors: &HashMap<String, Tensor>,
+) -> Result<(), String> {
+    let mut vars = variables(vs);
     let _no_grad = NoGrad.enter().map_err(|e| e.to_string())?;
     // All or nothing: a deadline around the entry (it has refused the
     // reading already if it passed) must not stop the copy halfway.
@@ -269,7 +295,7 @@ pub(super) fn load(vs: &VarStore, path: &Path) -> Result<Metrics, String> {
                 .map_err(|e| format!("variable {name}: {}", clean(&e)))?;
         }
     }
-    Ok(log)
+    Ok(())
 }
 
 #[cfg(test)]

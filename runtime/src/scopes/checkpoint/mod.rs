@@ -1,122 +1,47 @@
 //! `checkpoint(vs, "path")`: a `VarStore` saved crash-safely when the scope
 //! ends (documented on [`Checkpoint`], where the rustdoc shows it).
 
-use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tch::nn::VarStore;
 
 mod file;
+mod open;
+mod progress;
+mod read;
+mod snapshot;
+mod state;
+mod steps;
+mod writer;
 
-use file::{load, save};
+pub use open::{Metrics, log_metric, metrics};
+pub use progress::suspend_progress;
+pub use read::SavedRun;
+pub use state::RunState;
+pub use steps::{Steps, steps};
+
+use file::{check_variables, copy_variables, named_variables, save};
+use open::{Run, close};
+use snapshot::{Borrowed, Boundaries, Live, OptimizerRef, Snapshot};
+use state::Persist;
 
 use crate::durable::{self, Replaced, Turn};
 use crate::error::DeviceName;
+use crate::optim::Optimizer;
 use crate::scopes::deadline::{self, DeadlineExcluded};
+use crate::stop::{self, StopListener};
 use crate::sync::lock;
 use crate::{Outcome, Scope, ScopeError};
 
 const PREFIX: &str = "__tch_scope_metric__.";
 
-/// A checkpoint's metric log: every value appended under each name, in
-/// order.
-///
-/// ```
-/// use tch_scope::{log_metric, metrics, scoped};
-/// let vs = tch::nn::VarStore::new(tch::Device::Cpu);
-/// let path = std::env::temp_dir().join(format!("doc-metrics-{}.ot", std::process::id()));
-/// let log = scoped!(checkpoint(vs, &path) => {
-///     log_metric("loss", 0.5);
-///     log_metric("loss", 0.25);
-///     metrics().unwrap()
-/// });
-/// assert_eq!(log.get("loss"), [0.5, 0.25]);
-/// assert_eq!(log.names().collect::<Vec<_>>(), ["loss"]);
-/// # std::fs::remove_file(&path).unwrap();
-/// ```
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Metrics(BTreeMap<String, Vec<f64>>);
-
-impl Metrics {
-    /// The values logged under `name` (empty if none).
-    ///
-    /// ```no_run
-    /// assert!(tch_scope::Metrics::default().get("loss").is_empty());
-    /// ```
-    pub fn get(&self, name: &str) -> &[f64] {
-        self.0.get(name).map_or(&[], Vec::as_slice)
-    }
-
-    /// The names logged, sorted.
-    ///
-    /// ```no_run
-    /// assert_eq!(tch_scope::Metrics::default().names().count(), 0);
-    /// ```
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.0.keys().map(String::as_str)
-    }
-}
-
-/// One checkpoint's log, shared by its guard and the stack of the thread
-/// it is open on (a lock, not a `RefCell`: the guard of a task moves
-/// between threads with it).
-type Log = Arc<Mutex<Metrics>>;
-
-thread_local! {
-    /// The metric logs of the checkpoints open on this thread, innermost
-    /// last: those entered here and not left, less those of tasks
-    /// suspended meanwhile (see the module docs).
-    static OPEN: RefCell<Vec<Log>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Puts `log` on top of this thread's open checkpoints.
-fn open(log: &Log) {
-    OPEN.with_borrow_mut(|open| open.push(Arc::clone(log)));
-}
-
-/// Takes `log` off this thread's open checkpoints, wherever it is (the
-/// innermost usually; searched, so that hand-held guards dropped out of
-/// order stay right). Nothing if it is not there.
-fn close(log: &Log) {
-    // `try_with`: a guard dropped while the thread's locals are torn down.
-    let _ = OPEN.try_with(|open| {
-        let mut open = open.borrow_mut();
-        if let Some(i) = open.iter().rposition(|l| Arc::ptr_eq(l, log)) {
-            open.remove(i);
-        }
-    });
-}
-
-/// Appends `value` under `name` to the innermost open checkpoint of this
-/// thread; returns `false` (and logs nothing) when none is open.
-///
-/// ```no_run
-/// assert!(!tch_scope::log_metric("loss", 1.0)); // no checkpoint open
-/// ```
-pub fn log_metric(name: &str, value: f64) -> bool {
-    OPEN.with_borrow(|open| match open.last() {
-        Some(log) => {
-            let mut log = lock(log);
-            log.0.entry(name.to_owned()).or_default().push(value);
-            true
-        }
-        None => false,
-    })
-}
-
-/// A copy of the innermost open checkpoint's metric log on this thread
-/// (after `resume`, what the file held plus what was logged since).
-///
-/// ```no_run
-/// assert_eq!(tch_scope::metrics(), None);
-/// ```
-pub fn metrics() -> Option<Metrics> {
-    OPEN.with_borrow(|open| open.last().map(|log| lock(log).clone()))
-}
-
-/// Saves `vs` (and the metric log) to `path` when the scope ends: a
+/// Saves `vs` — with the optimizer's state, the step reached, the
+/// generators' states, a run state and the metric log — to `path` when the
+/// scope ends, and every `k` steps of a [`steps`] loop: a
 /// training checkpoint, not `torch.utils.checkpoint`'s activation
 /// recomputation.
 ///
@@ -203,12 +128,27 @@ pub fn metrics() -> Option<Metrics> {
 /// VarStore file: `VarStore::load` reads it and ignores the metric tensors.
 /// The format follows the extension like `VarStore::save`: `.safetensors`
 /// or libtorch's own.
-#[derive(Debug)]
 pub struct Checkpoint<'a> {
     vs: &'a VarStore,
     path: PathBuf,
     resume: bool,
     save_on_failure: bool,
+    optimizer: Option<OptimizerRef<'a>>,
+    state: Option<&'a dyn Persist>,
+    every: Option<i64>,
+}
+
+impl std::fmt::Debug for Checkpoint<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint")
+            .field("path", &self.path)
+            .field("resume", &self.resume)
+            .field("save_on_failure", &self.save_on_failure)
+            .field("optimizer", &self.optimizer.map(|o| o.0.name()))
+            .field("state", &self.state.is_some())
+            .field("every", &self.every)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a> Checkpoint<'a> {
@@ -219,7 +159,40 @@ impl<'a> Checkpoint<'a> {
             path: path.as_ref().to_path_buf(),
             resume: false,
             save_on_failure: true,
+            optimizer: None,
+            state: None,
+            every: None,
         }
+    }
+
+    /// Saves `optimizer`'s state (moments, step counts, momentum buffers,
+    /// options) with the weights, and loads it back on `resume`
+    /// (`optimizer = opt` in the macros). Borrowed: the body still steps
+    /// it (its methods take `&self`). tch's `nn::Optimizer` can't be named
+    /// (its state is out of Rust's reach): use
+    /// [`tch_scope::optim`](crate::optim)'s.
+    ///
+    /// On `resume`, a file without an optimizer state is refused (resuming
+    /// would restart the optimizer cold); delete the file to start afresh.
+    pub fn optimizer<O: Optimizer>(mut self, optimizer: &'a O) -> Self {
+        self.optimizer = Some(OptimizerRef(optimizer));
+        self
+    }
+
+    /// Saves after every `k` completed steps of a [`steps`] loop
+    /// (`every = k` in the macros), on a background thread, as well as at
+    /// the exit. `k` must be at least 1 (a [`ScopeError`] on entry).
+    pub fn every(mut self, k: i64) -> Self {
+        self.every = Some(k);
+        self
+    }
+
+    /// Saves `state` (JSON, through serde) with the weights at every step
+    /// boundary, and puts the saved value back on `resume` (`state = s`
+    /// in the macros): see [`RunState`].
+    pub fn state<T: Serialize + DeserializeOwned + Send>(mut self, state: &'a RunState<T>) -> Self {
+        self.state = Some(state);
+        self
     }
 
     /// With `false`, a scope that fails saves nothing: the last good file
@@ -289,13 +262,14 @@ impl<'a> Checkpoint<'a> {
 /// hook hears a notice, "saved … in full, but could not fsync its folder
 /// …: the save is not confirmed durable …".
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
-#[derive(Debug)]
 pub struct CheckpointGuard<'a> {
     vs: &'a VarStore,
+    optimizer: Option<OptimizerRef<'a>>,
+    state: Option<&'a dyn Persist>,
     path: PathBuf,
     /// `path` as the order of the saves knows it (see `durable::Turn`).
     destination: PathBuf,
-    log: Log,
+    run: Arc<Run>,
     save_on_failure: bool,
     /// How the body ended, when `Scope::exit` told it.
     outcome: Option<Outcome>,
@@ -304,17 +278,48 @@ pub struct CheckpointGuard<'a> {
     trips: u64,
     /// Whether a deadline refused an operator during an earlier poll.
     tripped: bool,
+    /// SIGINT, SIGTERM, … request a stop while a checkpoint is open.
+    listener: Option<StopListener>,
     /// Open on the thread that entered it (`OPEN`); only a suspended task
     /// moves it (see `MovesWithTask` below).
     _not_send: crate::PhantomNotSend,
 }
 
+impl std::fmt::Debug for CheckpointGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckpointGuard")
+            .field("path", &self.path)
+            .field("step", &lock(&self.run.boundaries).step)
+            .finish_non_exhaustive()
+    }
+}
+
 // SAFETY: the guard's one tie to a thread is its entry in that thread's
-// `OPEN`, which `suspend` takes off the thread a poll leaves and `resume`
-// puts on the thread of the next poll (`Spanned` calls them around each
-// move, and before it drops the guard); its other fields are `Send`
-// (`&VarStore`: a VarStore is `Sync`).
+// `OPEN` (and its stop listener's mark), which `suspend` takes off the
+// thread a poll leaves and `resume` puts on the thread of the next poll
+// (`Spanned` calls them around each move, and before it drops the guard);
+// its other fields are `Send` (`&VarStore`: a VarStore is `Sync`; a run
+// state is `Sync`; the optimizer's borrow: see `OptimizerRef`), and its
+// step boundaries are reached only from the thread it is open on.
 unsafe impl crate::process_wide::MovesWithTask for CheckpointGuard<'_> {}
+
+impl<'a> Checkpoint<'a> {
+    /// With `resume`, loads the file: the weights, the training state and
+    /// the metric log; the step it holds (0 if none).
+    fn load(&self) -> Result<(Metrics, i64), ScopeError> {
+        if !(self.resume && self.path.exists()) {
+            return Ok((Metrics::default(), 0));
+        }
+        let (mut tensors, log) =
+            file::read(&self.path, self.vs.device()).map_err(|e| self.error(e))?;
+        let extras = state::split(&mut tensors).map_err(|e| self.error(e))?;
+        check_variables(self.vs, &self.path, &tensors).map_err(|e| self.error(e))?;
+        let optimizer = self.optimizer.map(|o| o.0);
+        state::restore(&extras, optimizer, self.state).map_err(|e| self.error(e))?;
+        copy_variables(self.vs, &tensors).map_err(|e| self.error(e))?;
+        Ok((log, extras.step.unwrap_or(0)))
+    }
+}
 
 impl<'a> Scope for Checkpoint<'a> {
     type Guard = CheckpointGuard<'a>;
@@ -322,26 +327,57 @@ impl<'a> Scope for Checkpoint<'a> {
 
     /// # Errors
     /// The path can't be written (its folder is missing or not writable,
-    /// or it is a folder), or with `resume`, the file exists but can't be
-    /// loaded.
+    /// or it is a folder); `every` is below 1; the stop signals' handlers
+    /// can't be installed; or with `resume`, the file exists but can't be
+    /// loaded (a variable missing or of another shape, no optimizer state
+    /// for the optimizer named, a run state of another type, a generator
+    /// of a CUDA device that is not present).
     fn enter(&mut self) -> Result<CheckpointGuard<'a>, ScopeError> {
         durable::check_writable(&self.path)
             .map_err(|e| self.error(format!("{} can't be written: {e}", self.path.display())))?;
-        let mut log = Metrics::default();
-        if self.resume && self.path.exists() {
-            log = load(self.vs, &self.path).map_err(|e| self.error(e))?;
+        if let Some(k) = self.every.filter(|&k| k < 1) {
+            return Err(self.error(format!("`every` must be at least 1 step, got {k}")));
         }
-        let log = Arc::new(Mutex::new(log));
-        open(&log);
+        let listener = stop::listen()?;
+        let (log, step) = self.load()?;
+        let destination = durable::destination(&self.path);
+        let live = Live {
+            weights: named_variables(self.vs),
+            // SAFETY: the guard holds these borrows for 'a and clears
+            // `live` in its drop, before 'a can end.
+            optimizer: self.optimizer.map(|o| unsafe {
+                Borrowed::new(std::mem::transmute::<
+                    NonNull<dyn Optimizer + 'a>,
+                    NonNull<dyn Optimizer + 'static>,
+                >(NonNull::from(o.0)))
+            }),
+            // SAFETY: as above.
+            user: self.state.map(|s| unsafe {
+                Borrowed::new(std::mem::transmute::<
+                    NonNull<dyn Persist + 'a>,
+                    NonNull<dyn Persist + 'static>,
+                >(NonNull::from(s)))
+            }),
+            path: self.path.clone(),
+            destination: destination.clone(),
+        };
+        let run = Arc::new(Run {
+            log: Mutex::new(log),
+            boundaries: Mutex::new(Boundaries::new(live, step, self.every)),
+        });
+        open::open(&run);
         Ok(CheckpointGuard {
             vs: self.vs,
+            optimizer: self.optimizer,
+            state: self.state,
             path: self.path.clone(),
-            destination: durable::destination(&self.path),
-            log,
+            destination,
+            run,
             save_on_failure: self.save_on_failure,
             outcome: None,
             trips: deadline::trips(),
             tripped: false,
+            listener: Some(listener),
             _not_send: crate::PhantomNotSend::NEW,
         })
     }
@@ -355,17 +391,26 @@ impl<'a> Scope for Checkpoint<'a> {
     /// so other tasks polled here meanwhile neither log into it nor count
     /// their refused operators against it.
     fn suspend(guard: &mut CheckpointGuard<'a>) {
-        close(&guard.log);
+        close(&guard.run);
         guard.tripped |= deadline::trips() != guard.trips;
+        if let Some(l) = &mut guard.listener {
+            l.suspend();
+        }
     }
 
     /// The task is polled (perhaps on another thread): the checkpoint is
     /// the innermost open one there again.
     fn resume(guard: &mut CheckpointGuard<'a>) {
-        open(&guard.log);
+        open::open(&guard.run);
         guard.trips = deadline::trips();
+        if let Some(l) = &mut guard.listener {
+            l.resume();
+        }
     }
 }
+
+/// A save's tensors (weights, then the training state) and metric log.
+type Contents = (Vec<(String, tch::Tensor)>, Metrics);
 
 impl CheckpointGuard<'_> {
     /// Whether the scope is being left by a failure (see
@@ -376,12 +421,54 @@ impl CheckpointGuard<'_> {
             .unwrap_or_else(|| Outcome::at_exit_or(Outcome::Completed));
         outcome != Outcome::Completed || self.tripped || deadline::trips() != self.trips
     }
+
+    /// The exit's save: the last step boundary inside a `steps` loop
+    /// (unless the background writer saved it already), else the live
+    /// state. `None`: nothing to write.
+    fn what_to_save(&self) -> Result<Option<Contents>, String> {
+        let mut b = lock(&self.run.boundaries);
+        // No step loop reaches the borrows from here on.
+        b.live = None;
+        let inside = b.inside();
+        let last: Option<Snapshot> = b.last();
+        let step = b.step;
+        drop(b);
+        let log = lock(&self.run.log);
+        if inside {
+            return Ok(last.map(|s| {
+                let metrics = log.truncated(&s.metrics);
+                (s.tensors, metrics)
+            }));
+        }
+        let _unchecked = DeadlineExcluded::new();
+        let mut tensors = named_variables(self.vs);
+        let optimizer = self.optimizer.map(|o| o.0);
+        tensors.extend(state::capture(step, optimizer, self.state)?);
+        Ok(Some((tensors, log.clone())))
+    }
 }
 
 impl Drop for CheckpointGuard<'_> {
     fn drop(&mut self) {
-        close(&self.log);
-        if !self.save_on_failure && self.failed() {
+        let outermost = !close(&self.run);
+        self.save();
+        // Ends the process as a stop's signal would have, once every open
+        // checkpoint has saved (the outermost last).
+        drop(self.listener.take());
+        if outermost {
+            stop::finish_if_stopped();
+        }
+    }
+}
+
+impl CheckpointGuard<'_> {
+    fn save(&mut self) {
+        let skip = !self.save_on_failure && self.failed();
+        if skip {
+            // Still: no write of this checkpoint outlives it.
+            let mut b = lock(&self.run.boundaries);
+            b.live = None;
+            b.writer.wait();
             return;
         }
         // The exits decide the order of the saves to one path: the turn is
@@ -391,8 +478,11 @@ impl Drop for CheckpointGuard<'_> {
         // one would lose the checkpoint (and in tch's panicking calls,
         // abort the process while a panic unwinds).
         let _unchecked = DeadlineExcluded::new();
-        let log = lock(&self.log);
-        match save(self.vs, &self.path, &turn, &log) {
+        let saved = self.what_to_save().and_then(|what| match what {
+            Some((tensors, log)) => save(&self.path, &turn, &tensors, &log),
+            None => Ok(Replaced::Written),
+        });
+        match saved {
             Ok(Replaced::Written | Replaced::Superseded) => {}
             // Saved: a notice, not a failed exit (see `durable`).
             Ok(Replaced::Unsynced(why)) => durable::unsynced("checkpoint", &self.path, &why),

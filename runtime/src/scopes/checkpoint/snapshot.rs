@@ -1,0 +1,240 @@
+//! Step boundaries: the training state copied in memory at each one (into
+//! buffers made once), so that every exit inside a `steps` loop saves a
+//! whole step, and every `every` steps that copy handed to the background
+//! writer.
+
+use std::path::PathBuf;
+use std::ptr::NonNull;
+
+use tch::Tensor;
+
+use super::open::Metrics;
+use super::state::{self, Persist};
+use super::writer::Writer;
+use crate::Scope;
+use crate::durable::Turn;
+use crate::optim::Optimizer;
+use crate::scopes::deadline::DeadlineExcluded;
+
+/// A borrow of the guard's (an optimizer, a run state) with its lifetime
+/// erased, so that a `steps` loop reaches it through the thread's open
+/// checkpoints.
+pub(super) struct Borrowed<T: ?Sized + 'static>(NonNull<T>);
+
+// SAFETY: made only of a run state (`Sync`, so its borrow is `Send` and
+// `Sync`) and of an optimizer, whose borrow moves with its task and is used
+// by one thread at a time (see `OptimizerRef`).
+unsafe impl<T: ?Sized> Send for Borrowed<T> {}
+// SAFETY: as above.
+unsafe impl<T: ?Sized> Sync for Borrowed<T> {}
+
+impl<T: ?Sized + 'static> Borrowed<T> {
+    /// # Safety
+    /// The referent must outlive every use of [`get`](Self::get): the
+    /// guard that holds the borrow clears `Boundaries::live` (under its
+    /// lock) before its borrow ends.
+    pub(super) unsafe fn new(r: NonNull<T>) -> Self {
+        Self(r)
+    }
+
+    pub(super) fn get(&self) -> &T {
+        // SAFETY: see `new`: alive while `live` holds it.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+/// The optimizer a checkpoint names, as its scope value and guard hold it.
+#[derive(Clone, Copy)]
+pub(super) struct OptimizerRef<'a>(pub &'a dyn Optimizer);
+
+// SAFETY: tch's tensors are `Send` and not `Sync`, so neither is an
+// optimizer, nor a borrow of one: safe code can't hand `&opt` to another
+// thread. The checkpoint's value and guard move with the task they belong
+// to (so that the macros' future stays `Send`, as it was before a
+// checkpoint could name an optimizer), and call the optimizer only on the
+// thread that polls the task or drops the guard: one thread at a time. A
+// body that steps the optimizer captures the borrow itself, which makes
+// its future `!Send` anyway.
+unsafe impl Send for OptimizerRef<'_> {}
+// SAFETY: as above: shared only with the task's own polls.
+unsafe impl Sync for OptimizerRef<'_> {}
+
+/// What a boundary reads of the live run: set while the guard lives.
+pub(super) struct Live {
+    /// The VarStore's variables (shallow: the same storage).
+    pub weights: Vec<(String, Tensor)>,
+    pub optimizer: Option<Borrowed<dyn Optimizer>>,
+    pub user: Option<Borrowed<dyn Persist>>,
+    pub path: PathBuf,
+    /// The path as the order of the saves knows it (`durable::Turn`).
+    pub destination: PathBuf,
+}
+
+/// The state at one step boundary.
+pub(super) struct Snapshot {
+    /// Completed steps.
+    pub step: i64,
+    /// The weights (copies, in buffers reused from boundary to boundary),
+    /// then the optimizer's state, the step, the generators, the run state.
+    pub tensors: Vec<(String, Tensor)>,
+    /// The number of weights at the front of `tensors`.
+    weights: usize,
+    /// The metric log's lengths then.
+    pub metrics: Vec<(String, usize)>,
+}
+
+/// Where a checkpoint's step loop is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// No loop yet, or one that ran to its end: exits save the live state.
+    Outside,
+    /// In a loop (or one left by a stop, a `break` or a failure): exits
+    /// save the last boundary.
+    Inside,
+}
+
+/// A checkpoint's step boundaries, shared with the `steps` loop.
+pub(super) struct Boundaries {
+    pub live: Option<Live>,
+    /// Steps completed (the next step to run).
+    pub step: i64,
+    pub phase: Phase,
+    /// Save after every `every` completed steps.
+    pub every: Option<i64>,
+    /// The last boundary, unless it is in the writer (then `None`).
+    pub latest: Option<Snapshot>,
+    /// Buffers of an older boundary, to reuse.
+    pub spare: Option<Snapshot>,
+    pub writer: Writer,
+    /// A boundary could not be copied: exits save the live state.
+    pub broken: bool,
+}
+
+impl Boundaries {
+    pub(super) fn new(live: Live, step: i64, every: Option<i64>) -> Self {
+        Self {
+            live: Some(live),
+            step,
+            phase: Phase::Outside,
+            every,
+            latest: None,
+            spare: None,
+            writer: Writer::default(),
+            broken: false,
+        }
+    }
+
+    /// Steps completed up to `step`: copies the state, and starts a
+    /// periodic save when one is due (`periodic`). A failed copy is told
+    /// to the exit hook; the exit then saves the live state.
+    pub(super) fn boundary(&mut self, step: i64, log: &Metrics, periodic: bool) {
+        self.step = step;
+        self.phase = Phase::Inside;
+        let Some(live) = &self.live else { return };
+        let mut buffers = self.spare.take().or_else(|| self.latest.take());
+        if buffers.is_none() {
+            buffers = self.writer.reclaim();
+        }
+        match take(live, step, log, buffers) {
+            Ok(snapshot) => {
+                self.broken = false;
+                if let Some(old) = self.latest.replace(snapshot) {
+                    self.spare = Some(old);
+                }
+            }
+            Err(e) => {
+                self.broken = true;
+                self.latest = None;
+                crate::exit::notify(crate::ExitError::new(
+                    "checkpoint",
+                    format!("could not copy the training state at step {step}: {e}"),
+                ));
+                return;
+            }
+        }
+        let due = self.every.is_some_and(|k| step % k == 0);
+        if periodic && due {
+            self.save_in_background(log);
+        }
+    }
+
+    /// Hands the last boundary to the writer (after the write in flight,
+    /// if any, ended: at most one at a time).
+    fn save_in_background(&mut self, log: &Metrics) {
+        let (Some(live), Some(snapshot)) = (&self.live, self.latest.take()) else {
+            return;
+        };
+        if let Some(done) = self.writer.wait() {
+            self.spare.get_or_insert(done);
+        }
+        let metrics = log.truncated(&snapshot.metrics);
+        // The turn now, on this thread: a later exit save's turn is later.
+        let turn = Turn::take(live.destination.clone());
+        self.writer
+            .start(live.path.clone(), turn, snapshot, metrics);
+    }
+
+    /// The last boundary for the exit save, after the write in flight
+    /// ended: `None` when that write saved it already (or none was taken).
+    pub(super) fn last(&mut self) -> Option<Snapshot> {
+        let written = self.writer.wait_written();
+        match (self.latest.take(), written) {
+            (Some(s), _) => Some(s),
+            (None, Some((s, true))) => {
+                // Saved by the writer, and nothing since.
+                drop(s);
+                None
+            }
+            (None, Some((s, false))) => Some(s),
+            (None, None) => None,
+        }
+    }
+
+    /// The loop ran to its end: exits save the live state again.
+    pub(super) fn finished(&mut self) {
+        self.phase = Phase::Outside;
+    }
+
+    /// Whether exits save the last boundary rather than the live state.
+    pub(super) fn inside(&self) -> bool {
+        self.phase == Phase::Inside && !self.broken
+    }
+}
+
+/// Copies the live state at `step` into `buffers` (or new ones).
+fn take(
+    live: &Live,
+    step: i64,
+    log: &Metrics,
+    buffers: Option<Snapshot>,
+) -> Result<Snapshot, String> {
+    let _no_grad = crate::NoGrad.enter().map_err(|e| e.to_string())?;
+    // A copy of a whole step: a passed deadline must not cut it short.
+    let _unchecked = DeadlineExcluded::new();
+    let reuse = buffers.filter(|b| b.weights == live.weights.len());
+    let mut tensors = Vec::with_capacity(live.weights.len() + 8);
+    match reuse {
+        Some(mut b) => {
+            b.tensors.truncate(b.weights);
+            for ((_, dst), (_, src)) in b.tensors.iter_mut().zip(&live.weights) {
+                dst.f_copy_(src).map_err(|e| e.to_string())?;
+            }
+            tensors = b.tensors;
+        }
+        None => {
+            for (name, src) in &live.weights {
+                let copy = src.f_detach_copy().map_err(|e| e.to_string())?;
+                tensors.push((name.clone(), copy));
+            }
+        }
+    }
+    let optimizer = live.optimizer.as_ref().map(|o| o.get() as &dyn Optimizer);
+    let user = live.user.as_ref().map(Borrowed::get);
+    tensors.extend(state::capture(step, optimizer, user)?);
+    Ok(Snapshot {
+        step,
+        weights: live.weights.len(),
+        tensors,
+        metrics: log.lengths(),
+    })
+}

@@ -1,0 +1,111 @@
+//! The background writer: a periodic save's file is written on a thread of
+//! its own, so the training thread pays only for the in-memory copy. At
+//! most one write is in flight; the next periodic save, and the exit save,
+//! wait for it.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use super::file::save;
+use super::open::Metrics;
+use super::snapshot::Snapshot;
+use crate::durable::{self, Replaced, Turn};
+use crate::sync::lock;
+
+/// A write's end: the snapshot's buffers back, and whether it was saved.
+type Done = (Snapshot, bool);
+
+/// What a write needs, handed to its thread.
+struct Job {
+    path: PathBuf,
+    turn: Turn,
+    snapshot: Snapshot,
+    log: Metrics,
+}
+
+impl Job {
+    fn run(self) -> Done {
+        let saved = write(&self.path, &self.turn, &self.snapshot, &self.log);
+        (self.snapshot, saved)
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Writer {
+    /// `None` from the thread only if it found no job (never).
+    in_flight: Option<JoinHandle<Option<Done>>>,
+    /// A write that ended on the training thread (no thread could start).
+    finished: Option<Done>,
+}
+
+impl Writer {
+    /// Writes `snapshot` to `path` on a new thread, in `turn`.
+    pub(super) fn start(&mut self, path: PathBuf, turn: Turn, snapshot: Snapshot, log: Metrics) {
+        debug_assert!(self.in_flight.is_none(), "one write at a time");
+        // `spawn` consumes its closure even when it fails: the job waits in
+        // a slot the thread takes it from, so a thread that can't be made
+        // leaves it here, to run on this thread (a stall, not a lost save).
+        let slot = Arc::new(Mutex::new(Some(Job {
+            path,
+            turn,
+            snapshot,
+            log,
+        })));
+        let theirs = Arc::clone(&slot);
+        let spawned = std::thread::Builder::new()
+            .name("tch-scope-checkpoint".into())
+            .spawn(move || lock(&theirs).take().map(Job::run));
+        match spawned {
+            Ok(handle) => self.in_flight = Some(handle),
+            Err(_) => self.finished = lock(&slot).take().map(Job::run),
+        }
+    }
+
+    /// The buffers of a write that has ended, without waiting.
+    pub(super) fn reclaim(&mut self) -> Option<Snapshot> {
+        if self.in_flight.as_ref().is_some_and(JoinHandle::is_finished) {
+            return self.wait();
+        }
+        self.finished.take().map(|(s, _)| s)
+    }
+
+    /// Waits for the write in flight; its buffers back.
+    pub(super) fn wait(&mut self) -> Option<Snapshot> {
+        self.wait_written().map(|(s, _)| s)
+    }
+
+    /// Waits for the write in flight; its buffers back, and whether it
+    /// saved.
+    pub(super) fn wait_written(&mut self) -> Option<Done> {
+        if let Some(handle) = self.in_flight.take() {
+            // The job never panics (only fallible calls); if it did, its
+            // buffers are gone and the exit saves the live state.
+            return handle.join().ok().flatten();
+        }
+        self.finished.take()
+    }
+}
+
+/// Writes one boundary; a failure is told to the exit hook (the previous
+/// file stays; training goes on).
+fn write(path: &std::path::Path, turn: &Turn, snapshot: &Snapshot, log: &Metrics) -> bool {
+    match save(path, turn, &snapshot.tensors, log) {
+        Ok(Replaced::Written | Replaced::Superseded) => true,
+        Ok(Replaced::Unsynced(why)) => {
+            durable::unsynced("checkpoint", path, &why);
+            true
+        }
+        Err(e) => {
+            crate::exit::notify(crate::ExitError::new(
+                "checkpoint",
+                format!(
+                    "could not save the checkpoint {} at step {}: {e} (the previous file stays)",
+                    path.display(),
+                    snapshot.step
+                ),
+            ));
+            false
+        }
+    }
+}
