@@ -181,7 +181,7 @@ fn a_missing_file_is_named() {
     let e = load_err("/no/such/model.pt2");
     assert_eq!(
         e,
-        "cannot enter `aoti::Package::load`: /no/such/model.pt2: no such file"
+        "cannot load `/no/such/model.pt2`: no such file"
     );
 }
 
@@ -191,7 +191,7 @@ fn a_file_that_is_not_a_package_is_refused() {
     let ts = concat!(env!("CARGO_MANIFEST_DIR"), "/data/bn_dropout.pt");
     let e = load_err(ts);
     assert!(
-        e.contains("bn_dropout.pt: not an AOTInductor package"),
+        e.contains("bn_dropout.pt`: not an AOTInductor package"),
         "{e}"
     );
     assert!(
@@ -204,7 +204,7 @@ fn a_file_that_is_not_a_package_is_refused() {
     std::fs::write(&junk, b"this is not a package").unwrap();
     let e = load_err(&junk);
     assert!(
-        e.contains("aoti-junk.pt2: not an AOTInductor package"),
+        e.contains("aoti-junk.pt2`: not an AOTInductor package"),
         "{e}"
     );
 
@@ -213,7 +213,7 @@ fn a_file_that_is_not_a_package_is_refused() {
     std::fs::write(&empty, b"").unwrap();
     let e = load_err(&empty);
     assert!(
-        e.contains("aoti-empty.pt2: not an AOTInductor package"),
+        e.contains("aoti-empty.pt2`: not an AOTInductor package"),
         "{e}"
     );
 }
@@ -238,7 +238,7 @@ fn a_package_for_a_device_this_process_lacks_is_refused() {
     if tch_scope::cuda_device_count() == 0 {
         let e = r.unwrap_err().to_string();
         assert!(
-            e.ends_with("cuda_key.pt2: the package was compiled for cuda, and this process has no cuda device"),
+            e.ends_with("cuda_key.pt2`: the package was compiled for cuda, and this process has no cuda device"),
             "{e}"
         );
     }
@@ -248,6 +248,9 @@ fn a_package_for_a_device_this_process_lacks_is_refused() {
 // stderr: in inputs.rs.
 #[path = "aoti/inputs.rs"]
 mod inputs;
+
+#[path = "aoti/errors.rs"]
+mod errors;
 
 // ---- scopes inside a run --------------------------------------------------
 

@@ -5,12 +5,16 @@ use std::borrow::Cow;
 use std::convert::Infallible;
 use std::fmt;
 
-/// Why a scope could not be entered: which scope, on which device, and why.
+/// Why a scope could not be entered, or a model loaded or run: which
+/// scope (or model), on which device, and why.
 ///
 /// Returned by [`Scope::enter`](crate::Scope::enter) of the scopes that can
 /// fail and by [`try_scoped!`](crate::try_scoped). An attribute on a
 /// function returning `Result<_, E>` returns `Err(E::from(e))` where
-/// `E: From<ScopeError>`, and panics with this message otherwise.
+/// `E: From<ScopeError>`, and panics with this message otherwise. Loading
+/// and running a model ([`aoti::Package`](crate::aoti::Package),
+/// [`batch::cmodule_forward`](crate::batch::cmodule_forward)) fail with it
+/// too, and say so: "cannot load …", "cannot run …" ([`Stage`]).
 ///
 /// ```
 /// use tch_scope::ScopeError;
@@ -24,29 +28,56 @@ pub struct ScopeError {
     scope: Cow<'static, str>,
     device: Option<tch::Device>,
     reason: String,
-    /// Entered, then ended by a failure of its own (a deadline that passed).
-    ended: bool,
+    stage: Stage,
 }
 
-/// "cannot enter `scope` on dev: reason", or the reason alone for a scope
-/// that ended in failure (it says what happened: "deadline of 100 ms
-/// exceeded after 103 ms at aten::mm").
+/// What failed: entering a scope, a scope's body ended by the scope's own
+/// failure, loading a model, or running one. Each has its own message.
+///
+/// ```
+/// use tch_scope::{ScopeError, Stage};
+/// let e = ScopeError::run("model.pt2", Some(tch::Device::Cpu), "input 0 is Double");
+/// assert_eq!(e.stage(), Stage::Run);
+/// assert_eq!(e.to_string(), "cannot run `model.pt2` on cpu: input 0 is Double");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Stage {
+    /// The scope could not be entered ([`ScopeError::new`]): "cannot enter
+    /// `scope` on device: reason".
+    Enter,
+    /// The scope was entered, then ended the body by a failure of its own
+    /// ([`ScopeError::ended`]): the reason alone.
+    Ended,
+    /// A model could not be loaded ([`ScopeError::load`]): "cannot load
+    /// `model` on device: reason".
+    Load,
+    /// A loaded model could not run ([`ScopeError::run`]): "cannot run
+    /// `model` on device: reason".
+    Run,
+}
+
+/// "cannot enter `scope` on dev: reason" (or load, or run), or the reason
+/// alone for a scope that ended in failure (it says what happened:
+/// "deadline of 100 ms exceeded after 103 ms at aten::mm").
 struct Message<'a>(&'a ScopeError);
 
 impl fmt::Display for Message<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let e = self.0;
-        if e.ended {
-            f.write_str(&e.reason)
-        } else {
-            write!(
-                f,
-                "cannot enter `{}`{}: {}",
-                e.scope,
-                OnDevice(e.device),
-                e.reason
-            )
-        }
+        let verb = match e.stage {
+            Stage::Ended => return f.write_str(&e.reason),
+            Stage::Enter => "enter",
+            Stage::Load => "load",
+            Stage::Run => "run",
+        };
+        write!(
+            f,
+            "cannot {verb} `{}`{}: {}",
+            e.scope,
+            OnDevice(e.device),
+            e.reason
+        )
     }
 }
 
@@ -67,7 +98,7 @@ impl ScopeError {
             scope: scope.into(),
             device,
             reason: reason.into(),
-            ended: false,
+            stage: Stage::Enter,
         }
     }
 
@@ -86,8 +117,46 @@ impl ScopeError {
         reason: impl Into<String>,
     ) -> Self {
         Self {
-            ended: true,
+            stage: Stage::Ended,
             ..Self::new(scope, device, reason)
+        }
+    }
+
+    /// An error for a model that could not be loaded: `model` names it (its
+    /// file, as the user gave it), `device` is the one it was to be loaded
+    /// on, if known.
+    ///
+    /// ```no_run
+    /// let e = tch_scope::ScopeError::load("/models/mlp.pt2", None, "no such file");
+    /// assert_eq!(e.to_string(), "cannot load `/models/mlp.pt2`: no such file");
+    /// ```
+    pub fn load(
+        model: impl Into<Cow<'static, str>>,
+        device: Option<tch::Device>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self {
+            stage: Stage::Load,
+            ..Self::new(model, device, reason)
+        }
+    }
+
+    /// An error for a loaded model that could not run on its inputs:
+    /// `model` names it (its file, or the forward that failed), `device` is
+    /// the one it runs on, if known.
+    ///
+    /// ```no_run
+    /// let e = tch_scope::ScopeError::run("CModule::forward", None, "mat1 and mat2 shapes cannot be multiplied");
+    /// assert_eq!(e.to_string(), "cannot run `CModule::forward`: mat1 and mat2 shapes cannot be multiplied");
+    /// ```
+    pub fn run(
+        model: impl Into<Cow<'static, str>>,
+        device: Option<tch::Device>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self {
+            stage: Stage::Run,
+            ..Self::new(model, device, reason)
         }
     }
 
@@ -98,10 +167,24 @@ impl ScopeError {
     /// assert!(!tch_scope::ScopeError::new("device(3)", None, "no CUDA").is_ended());
     /// ```
     pub fn is_ended(&self) -> bool {
-        self.ended
+        self.stage == Stage::Ended
     }
 
-    /// The scope that failed, as written (`"device(3)"`, `"inference_mode"`).
+    /// What failed: entering the scope, the scope's own end, loading or
+    /// running a model.
+    ///
+    /// ```no_run
+    /// use tch_scope::{ScopeError, Stage};
+    /// assert_eq!(ScopeError::new("no_grad", None, "x").stage(), Stage::Enter);
+    /// assert_eq!(ScopeError::load("m.pt2", None, "x").stage(), Stage::Load);
+    /// ```
+    pub fn stage(&self) -> Stage {
+        self.stage
+    }
+
+    /// The scope that failed, as written (`"device(3)"`, `"inference_mode"`);
+    /// for a load or a run, the model: its file (`"/models/mlp.pt2"`) or
+    /// the forward (`"CModule::forward"`).
     ///
     /// ```no_run
     /// let e = tch_scope::ScopeError::new("no_grad", None, "x");
@@ -268,7 +351,7 @@ impl From<Infallible> for ScopeError {
 
 #[cfg(test)]
 mod tests {
-    use super::ScopeError;
+    use super::{ScopeError, Stage};
 
     #[test]
     fn an_entry_error_names_scope_and_device_an_ended_one_says_what_happened() {
@@ -289,5 +372,31 @@ mod tests {
         assert_eq!(e.to_string(), why);
         assert_eq!((e.scope(), e.reason()), ("deadline(100 ms)", why));
         assert!(e.is_ended());
+        assert_eq!(e.stage(), Stage::Ended);
+    }
+
+    #[test]
+    fn a_load_or_run_error_says_cannot_load_or_cannot_run() {
+        let e = ScopeError::load("/m/mlp.pt2", None, "no such file");
+        assert_eq!(e.to_string(), "cannot load `/m/mlp.pt2`: no such file");
+        assert_eq!(
+            (e.scope(), e.device(), e.reason(), e.stage()),
+            ("/m/mlp.pt2", None, "no such file", Stage::Load)
+        );
+        assert!(!e.is_ended());
+
+        let e = ScopeError::run(
+            "/m/mlp.pt2",
+            Some(tch::Device::Cuda(0)),
+            "input 0 is Double",
+        );
+        assert_eq!(
+            e.to_string(),
+            "cannot run `/m/mlp.pt2` on cuda:0: input 0 is Double"
+        );
+        assert_eq!(e.stage(), Stage::Run);
+        assert!(!e.is_ended());
+
+        assert_eq!(ScopeError::new("x", None, "y").stage(), Stage::Enter);
     }
 }

@@ -190,7 +190,7 @@ pub mod __private;
 
 pub use context::{Context, ContextGuard};
 pub use cuda::{built_with_cuda, cuda_device_count, current_cuda_device};
-pub use error::{EntryError, ScopeError};
+pub use error::{EntryError, ScopeError, Stage};
 pub use exit::{ExitError, exit_errors_reported, reset_exit_hook, set_exit_hook};
 pub use future::{ScopeFutureExt, ScopeIterExt, Scoped, ScopedIter, Spanned, SpannedError};
 pub use memory::{

@@ -36,13 +36,7 @@ impl PackageOptions {
     /// As [`Package::load`].
     pub fn load(self, path: impl AsRef<Path>) -> Result<Package, ScopeError> {
         let path = path.as_ref().to_path_buf();
-        let fail = |reason: String| {
-            ScopeError::new(
-                "aoti::Package::load",
-                None,
-                format!("{}: {reason}", path.display()),
-            )
-        };
+        let fail = |reason: String| ScopeError::load(path.display().to_string(), None, reason);
         match std::fs::metadata(&path) {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -30,8 +30,9 @@
 //! input (tests/aoti.rs checks it).
 //!
 //! # Bad input
-//! Every failure is a [`ScopeError`] naming `aoti::Package::run` (or
-//! `load`), the package's path, its device and what is wrong, never an
+//! Every failure is a [`ScopeError`] that says "cannot load" or "cannot
+//! run" ([`Stage::Load`](crate::Stage::Load), [`Stage::Run`](crate::Stage::Run)),
+//! naming the package's path, its device and what is wrong, never an
 //! abort: a missing file, a file that is not a package (or has no model of
 //! the name asked), a package compiled for a device this process has none
 //! of (`AOTI_DEVICE_KEY` in its metadata), and an input the package was not
@@ -204,7 +205,8 @@ impl Package {
     /// [`PackageOptions`]).
     ///
     /// # Errors
-    /// A [`ScopeError`] naming the path and what is wrong: no such file,
+    /// A [`ScopeError`] of [`Stage::Load`](crate::Stage::Load) ("cannot
+    /// load `path`: …") naming the path and what is wrong: no such file,
     /// not an AOTInductor package, compiled for a device this process has
     /// none of, or a model library that cannot be loaded.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ScopeError> {
@@ -234,8 +236,9 @@ impl Package {
     /// stderr.
     ///
     /// # Errors
-    /// A [`ScopeError`] naming `aoti::Package::run`, the package's device
-    /// and path, and the reason: the input count is not the package's, an
+    /// A [`ScopeError`] of [`Stage::Run`](crate::Stage::Run) ("cannot run
+    /// `path` on cpu: …") naming the package's path and device, and the
+    /// reason: the input count is not the package's, an
     /// input's rank, dtype, device, size or strides are not what the
     /// package takes (see the [module docs](self)), the package's code
     /// fails (its own message, without a backtrace), or an open `deadline`
@@ -360,11 +363,7 @@ impl Package {
     }
 
     fn run_error(&self, reason: String) -> ScopeError {
-        ScopeError::new(
-            "aoti::Package::run",
-            self.device(),
-            format!("{}: {reason}", self.path.display()),
-        )
+        ScopeError::run(self.path.display().to_string(), self.device(), reason)
     }
 }
 

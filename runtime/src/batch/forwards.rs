@@ -8,10 +8,11 @@ use crate::ScopeError;
 /// inputs, its output a tensor or a tuple or list of tensors.
 ///
 /// # Errors
-/// The model's error, or an output that is not tensors, as a [`ScopeError`].
+/// The model's error, or an output that is not tensors, as a [`ScopeError`]
+/// of [`Stage::Run`](crate::Stage::Run): "cannot run `CModule::forward`: …".
 pub fn cmodule_forward(m: &tch::CModule, inputs: &[Tensor]) -> Result<Vec<Tensor>, ScopeError> {
     use tch::IValue;
-    let error = |reason: String| ScopeError::new("CModule::forward", None, reason);
+    let error = |reason: String| ScopeError::run("CModule::forward", None, reason);
     let args: Vec<IValue> = inputs
         .iter()
         .map(|x| IValue::Tensor(x.shallow_clone()))
