@@ -7,8 +7,9 @@
 //! every other task polled on the thread runs inside them (grad mode off
 //! in a neighbour's forward, on a current-thread runtime or a `LocalSet`).
 //! For bodies that may hide one (a macro call it doesn't know), `scoped!`
-//! adds a [`Watch`]; the futures of this module ([`Scoped`](super::Scoped),
-//! [`Spanned`](super::Spanned)) check the watches around each poll:
+//! adds a [`Watch`]; the scoped futures ([`Scoped`](super::Scoped),
+//! [`Spanned`](super::Spanned): awaiting `scoped!` bodies, attributed
+//! `async fn`s, `in_scope`) check the watches around each poll:
 //!
 //! - when a poll returns, no watch opened during it may still be open: a
 //!   guard entered inside a poll outlives the poll only by being held in a
@@ -25,7 +26,8 @@
 use std::panic::Location;
 
 /// A `scoped!` body that may hide an `.await`, open on this thread while
-/// it lives. Zero-sized, doing nothing, in release builds.
+/// it lives (so `!Send`, like the guards it watches). Zero-sized, doing
+/// nothing, in release builds.
 #[must_use = "a watch is closed when dropped; bind it with `let _watch = …`"]
 pub struct Watch {
     #[cfg(debug_assertions)]
@@ -42,7 +44,7 @@ impl std::fmt::Debug for Watch {
 /// Opens a watch over the flat per-thread guards of a `scoped!` body that
 /// calls a macro which may `.await`: `words` are those scopes as written,
 /// `name` the macro (`scoped!`), the caller's location its site.
-#[inline(always)]
+#[inline]
 #[cfg_attr(debug_assertions, track_caller)]
 pub fn watch_hidden_await(name: &'static str, words: &'static str) -> Watch {
     #[cfg(debug_assertions)]
