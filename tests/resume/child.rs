@@ -22,7 +22,8 @@ const ROWS: i64 = 64;
 /// in the middle of step `at`, after its forward pass), `kill-start`
 /// (SIGKILL as step `at` begins, right after the boundary that may have
 /// started a background save), `panic` (after the optimizer's update of
-/// step `at`), `err` (the body returns an `Err` there).
+/// step `at`), `err` (the body returns an `Err` there), `sigint` and
+/// `sigterm` (the process signals itself in the middle of step `at`).
 pub struct Plan {
     pub path: String,
     pub fault: String,
@@ -83,6 +84,17 @@ pub fn run(plan: &Plan) -> Result<(), String> {
             let loss = (l2.forward_t(&h, true) - yb).square().mean(Kind::Float);
             if step == plan.at && plan.fault == "kill" {
                 kill_self();
+            }
+            if step == plan.at && (plan.fault == "sigint" || plan.fault == "sigterm") {
+                let signal = if plan.fault == "sigint" {
+                    libc::SIGINT
+                } else {
+                    libc::SIGTERM
+                };
+                // SAFETY: a plain libc call; the checkpoint's handler takes it.
+                unsafe {
+                    libc::kill(libc::getpid(), signal);
+                }
             }
             if step == plan.at && plan.fault == "err" {
                 return Err(format!("failed at step {step}"));

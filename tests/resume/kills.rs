@@ -30,6 +30,9 @@ fn stopped(path: &Path, fault: &str, at: i64, optimizer: &str) {
     let status = spawn(&format!("{} {fault} {at} {optimizer}", path.display()));
     match fault {
         "kill" | "kill-start" => assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}"),
+        // Ended by the signal itself after the save: a shell reads 130/143.
+        "sigint" => assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}"),
+        "sigterm" => assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}"),
         _ => assert!(!status.success(), "{status:?}"),
     }
 }
@@ -104,6 +107,33 @@ fn without_the_optimizer_state_a_resumed_run_ends_elsewhere() {
     assert!(Checkpoint::read(&path).unwrap().optimizer.is_empty());
     finish(&path, "no");
     assert!(!same_weights(&w, &path), "a cold Adam took the same steps");
+    for p in [w, path] {
+        std::fs::remove_file(p).unwrap();
+    }
+}
+
+#[test]
+fn sigint_and_sigterm_end_the_run_at_a_step_boundary_and_lose_no_step() {
+    let w = uninterrupted("w-signal");
+    let path = temp("signalled");
+    // Each signal arrives in the middle of a step: the step runs whole, the
+    // loop ends at its boundary, the checkpoint saves it, and the process
+    // ends as the signal would have ended it.
+    for (fault, at) in [("sigint", 17), ("sigterm", 38)] {
+        stopped(&path, fault, at, "opt");
+        let saved = Checkpoint::read(&path).unwrap();
+        assert_eq!(
+            saved.step,
+            at + 1,
+            "{fault}: the step in progress completed and was saved"
+        );
+        assert_eq!(
+            saved.metrics.get("loss").len(),
+            usize::try_from(at + 1).unwrap()
+        );
+    }
+    finish(&path, "opt");
+    assert!(same_weights(&w, &path), "the resumed run's weights differ");
     for p in [w, path] {
         std::fs::remove_file(p).unwrap();
     }
