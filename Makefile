@@ -6,7 +6,7 @@
 CARGO ?= cargo
 BOOTSTRAP := scripts/bootstrap-libtorch.sh
 
-.PHONY: all libtorch demo load test test-downstream test-downstream-pytorch test-oldest gpu-bundle gpu-bundle-smoke lint fmt bench bench-against soak clean-libtorch fuzz-long stress asan
+.PHONY: all libtorch demo load test test-downstream test-downstream-pytorch test-oldest test-newest-pytorch gpu-bundle gpu-bundle-smoke lint fmt bench bench-against soak clean-libtorch fuzz-long stress asan
 
 all: test
 
@@ -104,6 +104,13 @@ test-downstream-pytorch: libtorch
 # Cargo.lock and target dir (scripts/test-oldest.sh).
 test-oldest:
 	CARGO="$(CARGO)" bash scripts/test-oldest.sh
+
+# Not in CI, not in `make test`: the newest PyTorch on PyPI (installed once
+# into its own cached venv, ~4.7 GB) exports a .pt2 and a TorchScript file,
+# and examples/newest_pytorch, built against libtorch 2.13, checks that both
+# answer bitwise as that PyTorch did (scripts/test-newest-pytorch.sh).
+test-newest-pytorch:
+	CARGO="$(CARGO)" bash scripts/test-newest-pytorch.sh
 
 # The GPU bundle (scripts/gpu-bundle.sh): the CUDA test binaries built here
 # against torch 2.11.0 + tch 0.24 (the GPU machine's PyTorch), in
