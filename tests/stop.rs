@@ -6,9 +6,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
+
+use tch_scope::Checkpoint;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -17,16 +20,29 @@ struct Run {
     child: Child,
     lines: Receiver<String>,
     seen: Vec<String>,
+    stderr: std::thread::JoinHandle<String>,
 }
 
 impl Run {
     fn start(scenario: &str) -> Run {
+        Run::with_args(scenario, &[])
+    }
+
+    fn with_args(scenario: &str, args: &[&Path]) -> Run {
         let mut child = Command::new(env!("CARGO_BIN_EXE_stop-child"))
             .arg(scenario)
+            .args(args)
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let out = child.stdout.take().unwrap();
+        let mut err = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut err, &mut text);
+            text
+        });
         let (tx, lines) = channel();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines() {
@@ -40,6 +56,7 @@ impl Run {
             child,
             lines,
             seen: Vec::new(),
+            stderr,
         }
     }
 
@@ -47,10 +64,17 @@ impl Run {
     fn expect(&mut self, prefix: &str) -> String {
         let line = self.lines.recv_timeout(WAIT).unwrap_or_else(|e| {
             let _ = self.child.kill();
-            panic!("no line {prefix:?} from the child ({e}); it printed {:?}", self.seen)
+            panic!(
+                "no line {prefix:?} from the child ({e}); it printed {:?}",
+                self.seen
+            )
         });
         self.seen.push(line.clone());
-        assert!(line.starts_with(prefix), "expected {prefix:?}, got {line:?}; before: {:?}", self.seen);
+        assert!(
+            line.starts_with(prefix),
+            "expected {prefix:?}, got {line:?}; before: {:?}",
+            self.seen
+        );
         line
     }
 
@@ -62,7 +86,13 @@ impl Run {
 
     /// Waits for the end (a minute at most) and the lines it printed after
     /// those already expected.
-    fn end(mut self) -> (ExitStatus, Vec<String>) {
+    fn end(self) -> (ExitStatus, Vec<String>) {
+        let (status, rest, _) = self.end_with_stderr();
+        (status, rest)
+    }
+
+    /// [`end`](Self::end), and what the child wrote to stderr.
+    fn end_with_stderr(mut self) -> (ExitStatus, Vec<String>, String) {
         let start = Instant::now();
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -75,7 +105,8 @@ impl Run {
             std::thread::sleep(Duration::from_millis(10));
         };
         let rest = self.lines.iter().collect();
-        (status, rest)
+        let stderr = self.stderr.join().unwrap_or_default();
+        (status, rest, stderr)
     }
 }
 
@@ -175,7 +206,9 @@ fn outside_a_loop_the_next_operator_is_refused_with_the_stops_message() {
     // tch's error puts its own words first ("Internal torch error: ").
     assert!(line.contains("stopped by SIGINT at aten::add: "), "{line}");
     assert!(
-        line.contains("the checkpoint saves and the process ends; press Ctrl-C again to end it at once"),
+        line.contains(
+            "the checkpoint saves and the process ends; press Ctrl-C again to end it at once"
+        ),
         "{line}"
     );
     run.expect("cleanup ran operators: true");
@@ -191,7 +224,10 @@ fn a_deadline_scope_ends_with_the_stops_scope_error() {
     let line = run.expect("scope error: ");
     // The first operator of `mm` after the stop (tch's `mm` calls
     // `resolve_conj` too).
-    assert!(line.starts_with("scope error: stopped by SIGTERM at aten::"), "{line}");
+    assert!(
+        line.starts_with("scope error: stopped by SIGTERM at aten::"),
+        "{line}"
+    );
     assert!(line.ends_with("a second SIGTERM ends it at once"), "{line}");
     let (status, rest) = run.end();
     assert_killed_by(status, libc::SIGTERM, &rest);
@@ -206,4 +242,65 @@ fn a_deferred_refusal_lets_the_step_finish_its_operators() {
     run.expect("refused without the deferral: true");
     let (status, rest) = run.end();
     assert_killed_by(status, libc::SIGINT, &rest);
+}
+
+/// A fresh path for a checkpoint under the target dir's tmp.
+fn temp(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stop");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// The metric names a checkpoint file holds.
+fn logged(path: &Path) -> Vec<String> {
+    let saved = Checkpoint::read(path).unwrap();
+    saved.metrics.names().map(str::to_owned).collect()
+}
+
+#[test]
+fn a_checkpoint_refuses_the_next_operator_saves_and_the_process_dies_by_sigint() {
+    let path = temp("refused.ot");
+    let mut run = Run::with_args("checkpoint", &[&path]);
+    run.expect("listening");
+    run.signal(libc::SIGINT);
+    let (status, rest, stderr) = run.end_with_stderr();
+    assert_killed_by(status, libc::SIGINT, &rest);
+    assert!(rest.is_empty(), "the body went on: {rest:?}");
+    // The body's panic: tch's unwrap of the refused operator's error.
+    assert!(
+        stderr.contains("stopped by SIGINT at aten::add: the checkpoint saves"),
+        "{stderr}"
+    );
+    assert_eq!(logged(&path), ["before the stop"]);
+}
+
+#[test]
+fn a_checkpoint_that_keeps_its_file_on_failure_does_not_save_on_a_stop() {
+    let path = temp("kept.ot");
+    let mut run = Run::with_args("checkpoint-keep", &[&path]);
+    run.expect("listening");
+    run.signal(libc::SIGTERM);
+    let (status, rest) = run.end();
+    assert_killed_by(status, libc::SIGTERM, &rest);
+    assert!(
+        !path.exists(),
+        "a refused body is a failed exit: nothing saved"
+    );
+}
+
+#[test]
+fn nested_checkpoints_both_save_before_the_process_dies_by_sigterm() {
+    let (outer, inner) = (temp("outer.ot"), temp("inner.ot"));
+    let mut run = Run::with_args("checkpoint-nested", &[&outer, &inner]);
+    run.expect("listening");
+    run.signal(libc::SIGTERM);
+    run.expect("loop ended");
+    run.expect("inner saved");
+    let (status, rest) = run.end();
+    assert_killed_by(status, libc::SIGTERM, &rest);
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_eq!(logged(&inner), ["inner", "stopped"]);
+    assert_eq!(logged(&outer), ["outer"]);
 }

@@ -44,6 +44,12 @@
 //! around every poll (per thread, like grad mode); the body's failure is
 //! not turned into a `ScopeError` there (operators fail as above).
 //!
+//! A stop (SIGINT, SIGTERM or SIGUSR1 while a checkpoint is open; see
+//! [`stop_requested`](crate::stop_requested)) refuses operators the same
+//! way, with "stopped by SIGINT at aten::mm: …": a `deadline` scope whose
+//! body it stopped ends with that message as its error, and the exclusion
+//! above lifts it for an exit's save too.
+//!
 //! A deadline can also be an instant, `deadline(until = t)` /
 //! [`Deadline::until`], so that a request's deadline counts from its
 //! arrival rather than from the scope: operators fail from `t` on, with
@@ -313,7 +319,8 @@ impl Scope for Deadline {
 
 impl DeadlineGuard {
     /// The deadline's error if this scope's deadline (the earliest open
-    /// one when it was entered) has refused an operator since entry.
+    /// one when it was entered) has refused an operator since entry, or
+    /// the stop's if a stop on a signal has.
     ///
     /// ```
     /// use std::time::Duration;

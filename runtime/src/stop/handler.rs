@@ -142,8 +142,7 @@ fn on_signal(signal: i32) {
         return;
     }
     let stopping = STOPPED_BY.load(Ordering::SeqCst) != 0;
-    if DEFAULT_BEFORE[i].load(Ordering::SeqCst) || (stopping && IS_STOP[i].load(Ordering::SeqCst))
-    {
+    if DEFAULT_BEFORE[i].load(Ordering::SeqCst) || (stopping && IS_STOP[i].load(Ordering::SeqCst)) {
         let _ = emulate_default_handler(signal);
     }
 }

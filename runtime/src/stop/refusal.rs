@@ -9,8 +9,10 @@ use crate::ffi;
 
 unsafe extern "C" {
     fn tch_scope_stop_prepare() -> ffi::Status;
-    fn tch_scope_stop_refuse(head: *const std::ffi::c_char, tail: *const std::ffi::c_char)
-    -> ffi::Status;
+    fn tch_scope_stop_refuse(
+        head: *const std::ffi::c_char,
+        tail: *const std::ffi::c_char,
+    ) -> ffi::Status;
     fn tch_scope_stop_include() -> bool;
     fn tch_scope_stop_restore(was: bool);
     fn tch_scope_stop_defer() -> bool;
@@ -58,7 +60,10 @@ pub(super) fn switch_on(signal: i32) {
     if let Err(e) = ffi::check(unsafe { tch_scope_stop_refuse(head.as_ptr(), tail.as_ptr()) }) {
         // Loops that check `stop_requested` still stop; say why the
         // operators were not refused.
-        crate::exit::report("stop", format_args!("could not refuse operators after a stop: {e}"));
+        crate::exit::report(
+            "stop",
+            format_args!("could not refuse operators after a stop: {e}"),
+        );
         return;
     }
     ON.store(true, Ordering::SeqCst);
