@@ -130,8 +130,13 @@ gpu-bundle-smoke: gpu-bundle
 # Clippy over everything, then the peers bench, which measures tch-scope
 # without the examples' `metrics` feature. Both with --workspace: the
 # runtime's features stay those of the workspace, so nothing is built twice.
-# Last, the rustdoc with warnings as errors: a broken or private intra-doc
-# link hides what it points to from readers of the docs.
+# Then the rustdoc with warnings as errors: a broken or private intra-doc
+# link hides what it points to from readers of the docs. Last, both crates
+# packaged and built from their packages as crates.io would take them, in
+# one publish (cargo >= 1.90: tch-scope's `=0.1.0` macros come from the
+# same run, not from crates.io), uploading nothing; the verify build
+# shares target/, and asks crates.io only for the index. --allow-dirty: a
+# working tree with edits packs them as they are.
 lint: libtorch
 	$(CARGO) fmt --all --check
 	$(CARGO) fmt --manifest-path $(DOWNSTREAM) --check
@@ -139,6 +144,8 @@ lint: libtorch
 	@bash scripts/phase.sh clippy-peers $(CARGO) clippy --workspace --benches \
 		--no-default-features --features examples/peers -- -D warnings
 	@bash scripts/phase.sh doc env RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
+	@bash scripts/phase.sh publish $(CARGO) publish --dry-run --allow-dirty \
+		-p tch-scope-macros -p tch-scope
 
 fmt:
 	$(CARGO) fmt --all
