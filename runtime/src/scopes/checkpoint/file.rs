@@ -12,7 +12,8 @@ use std::sync::MutexGuard;
 use tch::nn::{VarStore, Variables};
 use tch::{Device, Kind, TchError, Tensor};
 
-use super::{Metrics, PREFIX};
+use super::PREFIX;
+use super::log::Metrics;
 use crate::NoGrad;
 use crate::Scope;
 use crate::durable::{self, Replaced, Turn};

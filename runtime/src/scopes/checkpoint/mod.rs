@@ -10,6 +10,8 @@ use serde::de::DeserializeOwned;
 use tch::nn::VarStore;
 
 mod file;
+mod guard;
+mod log;
 mod open;
 mod progress;
 mod read;
@@ -18,23 +20,23 @@ mod state;
 mod steps;
 mod writer;
 
-pub use open::{Metrics, log_metric, metrics};
+pub use guard::CheckpointGuard;
+pub use log::Metrics;
+pub use open::{log_metric, metrics};
 pub use progress::suspend_progress;
 pub use read::SavedRun;
 pub use state::RunState;
 pub use steps::{Steps, steps};
 
-use file::{check_variables, copy_variables, named_variables, save};
+use file::{check_variables, copy_variables, named_variables};
 use open::{Run, close};
-use snapshot::{Borrowed, Boundaries, Live, OptimizerRef, Snapshot};
+use snapshot::{Borrowed, Boundaries, Live, OptimizerRef};
 use state::Persist;
 
-use crate::durable::{self, Replaced, Turn};
-use crate::error::DeviceName;
+use crate::durable;
 use crate::optim::Optimizer;
-use crate::scopes::deadline::{self, DeadlineExcluded};
-use crate::stop::{self, StopListener};
-use crate::sync::lock;
+use crate::scopes::deadline;
+use crate::stop;
 use crate::{Outcome, Scope, ScopeError};
 
 const PREFIX: &str = "__tch_scope_metric__.";
@@ -247,62 +249,6 @@ impl<'a> Checkpoint<'a> {
     }
 }
 
-/// Saves on drop. A save that fails leaves the previous checkpoint in
-/// place, and reaches the caller: on the success path of
-/// [`try_scoped!`](crate::try_scoped) as its `Err`, of
-/// [`scoped!`](crate::scoped) as a panic; on a failed path (a panic, an
-/// `Err`, a passed deadline: the caller gets that error) or a plain drop,
-/// the exit hook ([`set_exit_hook`](crate::set_exit_hook)) hears it.
-///
-/// A save whose rename succeeded but whose folder then could not be
-/// fsynced is done, not failed: the new file is in place and complete (its
-/// data was fsynced before the rename), so no `Err` and no panic. Only its
-/// surviving a power loss or an OS crash is unconfirmed (the path then
-/// holds the previous file or the new one, never a torn one): the exit
-/// hook hears a notice, "saved … in full, but could not fsync its folder
-/// …: the save is not confirmed durable …".
-#[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
-pub struct CheckpointGuard<'a> {
-    vs: &'a VarStore,
-    optimizer: Option<OptimizerRef<'a>>,
-    state: Option<&'a dyn Persist>,
-    path: PathBuf,
-    /// `path` as the order of the saves knows it (see `durable::Turn`).
-    destination: PathBuf,
-    run: Arc<Run>,
-    save_on_failure: bool,
-    /// How the body ended, when `Scope::exit` told it.
-    outcome: Option<Outcome>,
-    /// The polling thread's count of operators refused by deadlines, at
-    /// entry or at the last resume.
-    trips: u64,
-    /// Whether a deadline refused an operator during an earlier poll.
-    tripped: bool,
-    /// SIGINT, SIGTERM, … request a stop while a checkpoint is open.
-    listener: Option<StopListener>,
-    /// Open on the thread that entered it (`OPEN`); only a suspended task
-    /// moves it (see `MovesWithTask` below).
-    _not_send: crate::PhantomNotSend,
-}
-
-impl std::fmt::Debug for CheckpointGuard<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CheckpointGuard")
-            .field("path", &self.path)
-            .field("step", &lock(&self.run.boundaries).step)
-            .finish_non_exhaustive()
-    }
-}
-
-// SAFETY: the guard's one tie to a thread is its entry in that thread's
-// `OPEN` (and its stop listener's mark), which `suspend` takes off the
-// thread a poll leaves and `resume` puts on the thread of the next poll
-// (`Spanned` calls them around each move, and before it drops the guard);
-// its other fields are `Send` (`&VarStore`: a VarStore is `Sync`; a run
-// state is `Sync`; the optimizer's borrow: see `OptimizerRef`), and its
-// step boundaries are reached only from the thread it is open on.
-unsafe impl crate::process_wide::MovesWithTask for CheckpointGuard<'_> {}
-
 impl<'a> Checkpoint<'a> {
     /// With `resume`, loads the file: the weights, the training state and
     /// the metric log; the step it holds (0 if none).
@@ -405,95 +351,6 @@ impl<'a> Scope for Checkpoint<'a> {
         guard.trips = deadline::trips();
         if let Some(l) = &mut guard.listener {
             l.resume();
-        }
-    }
-}
-
-/// A save's tensors (weights, then the training state) and metric log.
-type Contents = (Vec<(String, tch::Tensor)>, Metrics);
-
-impl CheckpointGuard<'_> {
-    /// Whether the scope is being left by a failure (see
-    /// [`Checkpoint::save_on_failure`]).
-    fn failed(&self) -> bool {
-        let outcome = self
-            .outcome
-            .unwrap_or_else(|| Outcome::at_exit_or(Outcome::Completed));
-        outcome != Outcome::Completed || self.tripped || deadline::trips() != self.trips
-    }
-
-    /// The exit's save: the last step boundary inside a `steps` loop
-    /// (unless the background writer saved it already), else the live
-    /// state. `None`: nothing to write.
-    fn what_to_save(&self) -> Result<Option<Contents>, String> {
-        let mut b = lock(&self.run.boundaries);
-        // No step loop reaches the borrows from here on.
-        b.live = None;
-        let inside = b.inside();
-        let last: Option<Snapshot> = b.last();
-        let step = b.step;
-        drop(b);
-        let log = lock(&self.run.log);
-        if inside {
-            return Ok(last.map(|s| {
-                let metrics = log.truncated(&s.metrics);
-                (s.tensors, metrics)
-            }));
-        }
-        let _unchecked = DeadlineExcluded::new();
-        let mut tensors = named_variables(self.vs);
-        let optimizer = self.optimizer.map(|o| o.0);
-        tensors.extend(state::capture(step, optimizer, self.state)?);
-        Ok(Some((tensors, log.clone())))
-    }
-}
-
-impl Drop for CheckpointGuard<'_> {
-    fn drop(&mut self) {
-        let outermost = !close(&self.run);
-        self.save();
-        // Ends the process as a stop's signal would have, once every open
-        // checkpoint has saved (the outermost last).
-        drop(self.listener.take());
-        if outermost {
-            stop::finish_if_stopped();
-        }
-    }
-}
-
-impl CheckpointGuard<'_> {
-    fn save(&mut self) {
-        let skip = !self.save_on_failure && self.failed();
-        if skip {
-            // Still: no write of this checkpoint outlives it.
-            let mut b = lock(&self.run.boundaries);
-            b.live = None;
-            b.writer.wait();
-            return;
-        }
-        // The exits decide the order of the saves to one path: the turn is
-        // taken before anything of the save runs.
-        let turn = Turn::take(std::mem::take(&mut self.destination));
-        // The save's operators must run even past a deadline: a refused
-        // one would lose the checkpoint (and in tch's panicking calls,
-        // abort the process while a panic unwinds).
-        let _unchecked = DeadlineExcluded::new();
-        let saved = self.what_to_save().and_then(|what| match what {
-            Some((tensors, log)) => save(&self.path, &turn, &tensors, &log),
-            None => Ok(Replaced::Written),
-        });
-        match saved {
-            Ok(Replaced::Written | Replaced::Superseded) => {}
-            // Saved: a notice, not a failed exit (see `durable`).
-            Ok(Replaced::Unsynced(why)) => durable::unsynced("checkpoint", &self.path, &why),
-            Err(e) => crate::exit::report(
-                "checkpoint",
-                format_args!(
-                    "could not save the checkpoint {}: {e} (a VarStore on {})",
-                    self.path.display(),
-                    DeviceName(self.vs.device())
-                ),
-            ),
         }
     }
 }

@@ -10,7 +10,7 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::open::Metrics;
+use super::log::Metrics;
 
 thread_local! {
     /// The bar of this thread's innermost running `steps` loop.

@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use tch::Device;
 
-use super::open::Metrics;
+use super::log::Metrics;
 use super::{Checkpoint, file, state};
 use crate::ScopeError;
 

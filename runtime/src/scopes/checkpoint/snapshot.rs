@@ -8,9 +8,9 @@ use std::ptr::NonNull;
 
 use tch::Tensor;
 
-use super::open::Metrics;
+use super::log::Metrics;
 use super::state::{self, Persist};
-use super::writer::Writer;
+use super::writer::{Snapshot, Writer};
 use crate::Scope;
 use crate::durable::Turn;
 use crate::optim::Optimizer;
@@ -68,19 +68,6 @@ pub(super) struct Live {
     pub path: PathBuf,
     /// The path as the order of the saves knows it (`durable::Turn`).
     pub destination: PathBuf,
-}
-
-/// The state at one step boundary.
-pub(super) struct Snapshot {
-    /// Completed steps.
-    pub step: i64,
-    /// The weights (copies, in buffers reused from boundary to boundary),
-    /// then the optimizer's state, the step, the generators, the run state.
-    pub tensors: Vec<(String, Tensor)>,
-    /// The number of weights at the front of `tensors`.
-    weights: usize,
-    /// The metric log's lengths then.
-    pub metrics: Vec<(String, usize)>,
 }
 
 /// Where a checkpoint's step loop is.

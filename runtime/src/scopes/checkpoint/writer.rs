@@ -8,10 +8,24 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use super::file::save;
-use super::open::Metrics;
-use super::snapshot::Snapshot;
+use tch::Tensor;
+
+use super::log::Metrics;
 use crate::durable::{self, Replaced, Turn};
 use crate::sync::lock;
+
+/// The state at one step boundary.
+pub(super) struct Snapshot {
+    /// Completed steps.
+    pub step: i64,
+    /// The weights (copies, in buffers reused from boundary to boundary),
+    /// then the optimizer's state, the step, the generators, the run state.
+    pub tensors: Vec<(String, Tensor)>,
+    /// The number of weights at the front of `tensors`.
+    pub weights: usize,
+    /// The metric log's lengths then.
+    pub metrics: Vec<(String, usize)>,
+}
 
 /// A write's end: the snapshot's buffers back, and whether it was saved.
 type Done = (Snapshot, bool);
