@@ -179,10 +179,7 @@ fn load_err(path: impl AsRef<Path>) -> String {
 #[test]
 fn a_missing_file_is_named() {
     let e = load_err("/no/such/model.pt2");
-    assert_eq!(
-        e,
-        "cannot load `/no/such/model.pt2`: no such file"
-    );
+    assert_eq!(e, "cannot load `/no/such/model.pt2`: no such file");
 }
 
 #[test]
