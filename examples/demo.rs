@@ -6,7 +6,9 @@
 //! `inference_mode`; a CUDA device that isn't there comes back as a
 //! `ScopeError`, not a crash. Steps are `timed`, a large forward pass sits
 //! in a `memory_scope`, `seed` makes a draw reproducible, `checkpoint` saves
-//! on exit, and the report table of every measurement is printed at the end.
+//! on exit, a training run stopped by Ctrl-C resumes to exactly the weights
+//! of one never stopped, and the report table of every measurement is
+//! printed at the end.
 //! The whole run is recorded as a timeline (`tch_scope::trace`) and written
 //! to `target/demo-trace.json`, which Perfetto and `chrome://tracing` open.
 
@@ -28,7 +30,16 @@ fn predict(model: &impl Module, x: f64) -> f64 {
         .double_value(&[0, 0])
 }
 
+#[path = "demo/resume.rs"]
+mod resume;
+
 fn main() {
+    // The training child of the stop-and-resume part (run by `resume::show`).
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(resume::CHILD) {
+        resume::child(std::path::Path::new(&args[2]));
+        return;
+    }
     // Every span of `timed`, `record` and the memory scopes from here on.
     tch_scope::trace::start();
     tch::manual_seed(0);
@@ -118,6 +129,10 @@ fn main() {
             println!("checkpoint run {run}: resumed after {done} steps, saving {}", done + 5);
         });
     }
+
+    // A run stopped by Ctrl-C and resumed: `steps`, `every = 5` and the
+    // optimizer's state in the checkpoint; the end is a run never stopped.
+    resume::show();
 
     // Every `timed` and memory measurement, per name.
     println!("\n{}", tch_scope::report());
