@@ -119,29 +119,34 @@ fn assert_killed_by(status: ExitStatus, signal: i32, rest: &[String]) {
     );
 }
 
-fn stopped_loop(signal: i32) {
+fn stopped_loop(signal: i32, name: &str) {
     let mut run = Run::start("loop");
     run.expect("listening");
     run.signal(signal);
     run.expect("cleanup");
-    let (status, rest) = run.end();
+    let (status, rest, stderr) = run.end_with_stderr();
     assert_killed_by(status, signal, &rest);
     assert!(rest.is_empty(), "{rest:?}");
+    // The one line that says the signal was heard.
+    assert!(
+        stderr.contains(&format!("tch-scope: {name}: stopping")),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn sigint_ends_the_loop_runs_the_cleanup_and_the_process_dies_by_sigint() {
-    stopped_loop(libc::SIGINT);
+    stopped_loop(libc::SIGINT, "SIGINT");
 }
 
 #[test]
 fn sigterm_ends_the_loop_runs_the_cleanup_and_the_process_dies_by_sigterm() {
-    stopped_loop(libc::SIGTERM);
+    stopped_loop(libc::SIGTERM, "SIGTERM");
 }
 
 #[test]
 fn sigusr1_from_slurm_ends_the_loop_and_the_process_dies_by_sigusr1() {
-    stopped_loop(libc::SIGUSR1);
+    stopped_loop(libc::SIGUSR1, "SIGUSR1");
 }
 
 #[test]
@@ -174,6 +179,17 @@ fn a_signal_left_out_of_the_stop_signals_kills_as_before() {
     let (status, rest) = run.end();
     assert_killed_by(status, libc::SIGINT, &rest);
     assert!(rest.is_empty(), "{rest:?}");
+}
+
+#[test]
+fn a_signal_ignored_before_stays_ignored() {
+    let mut run = Run::start("ignored");
+    run.expect("listening");
+    run.signal(libc::SIGINT);
+    run.signal(libc::SIGTERM);
+    run.expect(&format!("stopped by Some({})", libc::SIGTERM));
+    let (status, rest) = run.end();
+    assert_killed_by(status, libc::SIGTERM, &rest);
 }
 
 #[test]

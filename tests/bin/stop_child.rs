@@ -90,6 +90,17 @@ fn main() {
             linger();
             say("still alive");
         }
+        // SIGINT ignored before (`nohup`, a background job): it stays so.
+        Some("ignored") => {
+            // SAFETY: sets a disposition before any other thread exists.
+            unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+            let listener = stop::listen().unwrap();
+            say("listening");
+            wait_for_stop();
+            say(&format!("stopped by {:?}", tch_scope::stop_signal()));
+            drop(listener);
+            stop::finish_if_stopped();
+        }
         // The application's own handler, registered before the first
         // listener, is called during a stop too.
         Some("app-handler") => {

@@ -48,11 +48,26 @@ static WAKE: AtomicI32 = AtomicI32::new(-1);
 /// Serializes installation (not the handler: it takes no lock).
 static INSTALL: Mutex<()> = Mutex::new(());
 
-/// Whether `signal` is a number this module can hold a flag for and
-/// signal-hook may register (not SIGKILL, SIGSTOP, SIGSEGV, SIGILL,
-/// SIGFPE, SIGBUS, SIGABRT's siblings it forbids).
+/// Signals that can't request a stop: those signal-hook refuses (SIGKILL,
+/// SIGSTOP, SIGILL, SIGFPE, SIGSEGV) and the other faults and aborts, whose
+/// handler must not simply return.
+const REFUSED: [i32; 9] = [
+    libc::SIGKILL,
+    libc::SIGSTOP,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGTRAP,
+    libc::SIGSYS,
+    libc::SIGABRT,
+];
+
+/// Whether `signal` is a number this module can hold a flag for and may
+/// take as a stop signal.
 pub(super) fn valid(signal: i32) -> bool {
     usize::try_from(signal).is_ok_and(|s| s > 0 && s < SIGNALS)
+        && !REFUSED.contains(&signal)
         && !signal_hook::consts::FORBIDDEN.contains(&signal)
 }
 
@@ -128,6 +143,7 @@ fn on_signal(signal: i32) {
             .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
+            say(notice(signal));
             let fd = WAKE.load(Ordering::SeqCst);
             if fd >= 0 {
                 // SAFETY: write(2) is async-signal-safe; a full socket
@@ -144,6 +160,25 @@ fn on_signal(signal: i32) {
     let stopping = STOPPED_BY.load(Ordering::SeqCst) != 0;
     if DEFAULT_BEFORE[i].load(Ordering::SeqCst) || (stopping && IS_STOP[i].load(Ordering::SeqCst)) {
         let _ = emulate_default_handler(signal);
+    }
+}
+
+/// The line a first stop writes on stderr (static: no allocation in a
+/// signal handler), so that whoever pressed Ctrl-C sees it was heard.
+fn notice(signal: i32) -> &'static [u8] {
+    match signal {
+        libc::SIGINT => {
+            b"\ntch-scope: SIGINT: stopping (the open checkpoints save, then the process ends); press Ctrl-C again to end it at once\n"
+        }
+        libc::SIGTERM => {
+            b"tch-scope: SIGTERM: stopping (the open checkpoints save, then the process ends); a second SIGTERM ends it at once\n"
+        }
+        libc::SIGUSR1 => {
+            b"tch-scope: SIGUSR1: stopping (the open checkpoints save, then the process ends); a second SIGUSR1 ends it at once\n"
+        }
+        _ => {
+            b"tch-scope: stop signal: stopping (the open checkpoints save, then the process ends); a second one ends it at once\n"
+        }
     }
 }
 

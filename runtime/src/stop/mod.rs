@@ -3,7 +3,8 @@
 //! instead of killing the process (see [`set_stop_signals`] to choose
 //! others).
 //!
-//! What a stop does:
+//! What a stop does (it first writes one line on stderr, so that whoever
+//! pressed Ctrl-C sees it was heard):
 //! - [`stop_requested`] turns true, for a loop of your own to check
 //!   between its steps; a `steps` loop ends at the next step boundary.
 //! - Outside a `steps` loop it acts like a passed `deadline`: the next
@@ -108,8 +109,10 @@ pub fn stop_signal() -> Option<i32> {
 /// what it did before (see [the module docs](self)).
 ///
 /// # Errors
-/// A number that is no signal, or one no handler may take (SIGKILL,
-/// SIGSTOP, SIGSEGV, SIGILL, SIGFPE, SIGBUS).
+/// A number that is no signal, or one that can't request a stop: SIGKILL
+/// and SIGSTOP (no handler may take them), and the faults and aborts
+/// (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS, SIGABRT), after whose
+/// handler the process must not simply go on.
 ///
 /// ```no_run
 /// tch_scope::set_stop_signals(&[libc::SIGTERM]).unwrap(); // Ctrl-C kills at once
@@ -308,7 +311,15 @@ mod tests {
 
     #[test]
     fn stop_signals_refuse_what_no_handler_may_take() {
-        for bad in [0, -1, 65, libc::SIGKILL, libc::SIGSTOP, libc::SIGSEGV] {
+        for bad in [
+            0,
+            -1,
+            65,
+            libc::SIGKILL,
+            libc::SIGSTOP,
+            libc::SIGSEGV,
+            libc::SIGBUS,
+        ] {
             let e = super::set_stop_signals(&[bad]).unwrap_err();
             assert!(e.to_string().contains("can't request a stop"), "{e}");
         }
