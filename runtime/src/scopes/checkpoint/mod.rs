@@ -77,6 +77,39 @@ const PREFIX: &str = "__tch_scope_metric__.";
 /// failed: the exit hook hears that its durability is not confirmed.
 /// With `resume`, entering loads `path` into the VarStore when it exists.
 ///
+/// # A run that survives being stopped
+/// With [`optimizer`](Checkpoint::optimizer) (`optimizer = opt`),
+/// [`state`](Checkpoint::state) (`state = s`) and a [`steps`] loop, the file
+/// holds the whole training state — the weights, the optimizer's state,
+/// the step reached, the default generators' states (the CPU's and every
+/// present CUDA device's), the run state and the metrics — and `resume`
+/// puts all of it back, so a run stopped any number of times ends with
+/// the weights of a run never stopped, bitwise:
+///
+/// ```no_run
+/// use tch::nn::{self, Module, VarStore};
+/// use tch::{Device, Kind, Tensor};
+/// use tch_scope::{scoped, steps, optim::Adam};
+/// let vs = VarStore::new(Device::Cpu);
+/// let lin = nn::linear(vs.root(), 4, 1, Default::default());
+/// let opt = Adam::new(&vs, 1e-3).unwrap();
+/// scoped!(checkpoint(vs, "run.ot", resume, optimizer = opt, every = 100) => {
+///     for step in steps(10_000) {
+///         let x = Tensor::randn([32, 4], (Kind::Float, Device::Cpu));
+///         let loss = lin.forward(&x).square().mean(Kind::Float);
+///         opt.backward_step(&loss).unwrap();
+///         tch_scope::log_metric("loss", loss.double_value(&[]));
+///     }
+/// });
+/// ```
+///
+/// Inside the loop every exit saves the state of the last step boundary,
+/// never half a step, and every `every` steps a copy made in memory at the
+/// boundary is written on a background thread (see [`steps`]). A run loses
+/// steps only when its process dies without its exits (SIGKILL): those
+/// since the last periodic save that finished. [`Checkpoint::read`] reads
+/// the step, the metrics and the run state back without a scope.
+///
 /// # Exits
 /// The save runs with every deadline excluded: a `deadline` that has passed
 /// (perhaps the reason the body ended) refuses no operator of the save (the
@@ -90,7 +123,8 @@ const PREFIX: &str = "__tch_scope_metric__.";
 /// exits decides, not which write happens to finish last.
 ///
 /// # What a failed exit saves
-/// A `deadline` stops the body at the next operator, wherever that is: in
+/// Inside a [`steps`] loop: the last step boundary's state (above).
+/// Elsewhere, a `deadline` stops the body at the next operator, wherever that is: in
 /// the middle of an optimizer step (some parameters updated, others not),
 /// or of a backward pass (a `.grad` partly accumulated). By default the
 /// checkpoint saves on every exit, as a Python `finally` does — that

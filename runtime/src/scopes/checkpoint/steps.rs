@@ -119,8 +119,10 @@ impl Iterator for Steps {
             .progress
             .get_or_insert_with(|| Progress::new(self.next, self.end));
         if progress.drawn() {
-            let log = self.run.as_ref().map(|r| lock(&r.log).clone());
-            progress.update(self.next, log.as_ref());
+            match &self.run {
+                Some(run) => progress.update(self.next, Some(&lock(&run.log))),
+                None => progress.update(self.next, None),
+            }
         }
         if self.next >= self.end || (self.run.is_some() && stop_requested()) {
             self._deferred = None;
