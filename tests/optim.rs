@@ -263,6 +263,7 @@ fn a_foreign_or_mismatched_state_is_refused_and_nothing_loaded() {
     train(&vs, &adam, 2);
     let sgd = Sgd::new(&vs, 0.1).unwrap().momentum(0.9);
     let e = sgd.load_state(&adam.state()).unwrap_err();
+    assert!(e.to_string().starts_with("cannot load `Sgd`"), "{e}");
     assert!(e.to_string().contains("not a Sgd state"), "{e}");
 
     // A moment of the wrong shape: refused, the optimizer keeps its state.
@@ -307,4 +308,31 @@ fn bad_settings_are_errors_naming_the_optimizer() {
     let empty = VarStore::new(Device::Cpu);
     let e = AdamW::new(&empty, 0.1).unwrap_err();
     assert!(e.reason().contains("no trainable variable"), "{e}");
+}
+
+#[test]
+fn a_refused_operator_fails_the_step_and_the_step_count_stays() {
+    use tch_scope::{Deadline, Scope};
+    let vs = fresh();
+    let adam = Adam::new(&vs, 0.01).unwrap();
+    train(&vs, &adam, 1);
+    loss(&vs).backward();
+    let before = values(&vs);
+    let e = {
+        // Every operator from now on is refused: the update's first fails.
+        let _deadline = Deadline::until(std::time::Instant::now()).enter().unwrap();
+        adam.step().unwrap_err()
+    };
+    assert!(e.to_string().starts_with("cannot run `Adam` on cpu"), "{e}");
+    assert!(
+        e.reason()
+            .contains("the update of parameter `l1.bias` failed"),
+        "{e}"
+    );
+    assert_eq!(adam.steps_taken(), 1);
+    assert_eq!(
+        values(&vs),
+        before,
+        "a refused first operator changed a weight"
+    );
 }

@@ -6,7 +6,7 @@ use tch::Tensor;
 use tch::nn::VarStore;
 
 use super::Optimizer;
-use super::params::{Params, StateIn, StateOut, check, op_error, zeros_like};
+use super::params::{Params, StateIn, StateOut, check, op_error, scalar, zeros_like};
 use crate::{NoGrad, Scope, ScopeError};
 
 /// Adam's settings, as PyTorch names them.
@@ -163,7 +163,7 @@ impl Core {
             slots.push(match (step, exp_avg, exp_avg_sq) {
                 (Some(step), Some(exp_avg), Some(exp_avg_sq)) => {
                     if options.amsgrad && max_exp_avg_sq.is_none() {
-                        return Err(ScopeError::new(
+                        return Err(ScopeError::load(
                             self.name,
                             Some(p.device()),
                             format!("the amsgrad state lacks `max_exp_avg_sq` of `{name}`"),
@@ -173,7 +173,7 @@ impl Core {
                 }
                 (None, None, None) => None,
                 _ => {
-                    return Err(ScopeError::new(
+                    return Err(ScopeError::load(
                         self.name,
                         Some(p.device()),
                         format!("the state of `{name}` is incomplete (step, exp_avg and exp_avg_sq go together)"),
@@ -206,19 +206,19 @@ fn update(
     let mut grad = grad.shallow_clone();
     if o.weight_decay != 0.0 {
         if decoupled {
-            let _ = param.f_mul_scalar_(1.0 - o.lr * o.weight_decay)?;
+            let _ = param.f_mul_(&scalar(1.0 - o.lr * o.weight_decay)?)?;
         } else {
             // grad.add(param, alpha=weight_decay)
-            grad = grad.f_add(&param.f_mul_scalar(o.weight_decay)?)?;
+            grad = grad.f_add(&param.f_mul(&scalar(o.weight_decay)?)?)?;
         }
     }
-    let _ = s.exp_avg.f_lerp_(&grad, 1.0 - o.beta1)?;
+    let _ = s.exp_avg.f_lerp_tensor_(&grad, &scalar(1.0 - o.beta1)?)?;
     // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2): the
     // kernel multiplies the value into the first factor first.
-    let _ = s.exp_avg_sq.f_mul_scalar_(o.beta2)?;
+    let _ = s.exp_avg_sq.f_mul_(&scalar(o.beta2)?)?;
     let _ = s
         .exp_avg_sq
-        .f_addcmul_(&grad.f_mul_scalar(1.0 - o.beta2)?, &grad)?;
+        .f_addcmul_(&grad.f_mul(&scalar(1.0 - o.beta2)?)?, &grad)?;
     #[allow(
         clippy::cast_precision_loss,
         reason = "PyTorch keeps the step as a float"
@@ -237,10 +237,10 @@ fn update(
         }
         None => s.exp_avg_sq.shallow_clone(),
     };
-    let mut denom = second.f_sqrt()?.f_div_scalar(bias_correction2_sqrt)?;
-    let _ = denom.f_add_scalar_(o.eps)?;
+    let mut denom = second.f_sqrt()?.f_div(&scalar(bias_correction2_sqrt)?)?;
+    let _ = denom.f_add_(&scalar(o.eps)?)?;
     // param.addcdiv_(exp_avg, denom, value=-step_size)
-    let _ = param.f_add_(&s.exp_avg.f_div(&denom)?.f_mul_scalar(-step_size)?)?;
+    let _ = param.f_add_(&s.exp_avg.f_div(&denom)?.f_mul(&scalar(-step_size)?)?)?;
     Ok(())
 }
 
@@ -339,8 +339,11 @@ macro_rules! adam_like {
             }
 
             /// See [`Optimizer::zero_grad`].
+            ///
+            /// # Panics
+            /// See [`Optimizer::zero_grad`].
             pub fn zero_grad(&self) {
-                self.0.params.zero_grad();
+                Optimizer::zero_grad(self);
             }
 
             /// See [`Optimizer::backward_step`].
@@ -359,8 +362,8 @@ macro_rules! adam_like {
             fn step(&self) -> Result<(), ScopeError> {
                 self.0.step()
             }
-            fn zero_grad(&self) {
-                self.0.params.zero_grad();
+            fn try_zero_grad(&self) -> Result<(), ScopeError> {
+                self.0.params.try_zero_grad($name)
             }
             fn state(&self) -> Vec<(String, Tensor)> {
                 self.0.state()

@@ -67,7 +67,22 @@ pub trait Optimizer {
     fn step(&self) -> Result<(), ScopeError>;
 
     /// Zeroes every parameter's gradient.
-    fn zero_grad(&self);
+    ///
+    /// # Errors
+    /// A [`ScopeError`] naming the parameter when an operator is refused
+    /// (a passed `deadline`).
+    fn try_zero_grad(&self) -> Result<(), ScopeError>;
+
+    /// [`try_zero_grad`](Self::try_zero_grad) as tch's methods are: a
+    /// refused operator panics.
+    ///
+    /// # Panics
+    /// When an operator is refused (a passed `deadline`).
+    fn zero_grad(&self) {
+        if let Err(e) = self.try_zero_grad() {
+            panic!("{e}");
+        }
+    }
 
     /// [`zero_grad`](Self::zero_grad), `loss.backward()`, then
     /// [`step`](Self::step), as tch's `Optimizer::backward_step`.
@@ -75,9 +90,9 @@ pub trait Optimizer {
     /// # Errors
     /// The backward pass's error, or the step's.
     fn backward_step(&self, loss: &Tensor) -> Result<(), ScopeError> {
-        self.zero_grad();
+        self.try_zero_grad()?;
         loss.f_backward().map_err(|e| {
-            ScopeError::new(
+            ScopeError::run(
                 self.name(),
                 Some(loss.device()),
                 format!("backward failed: {e}"),

@@ -34,11 +34,18 @@ impl Params {
         Ok(Self { names, tensors })
     }
 
-    pub fn zero_grad(&self) {
-        for p in &self.tensors {
-            let mut p = p.shallow_clone();
-            p.zero_grad();
+    /// Zeroes each defined gradient; the first refused operator's error.
+    pub fn try_zero_grad(&self, optimizer: &'static str) -> Result<(), ScopeError> {
+        for (name, p) in self.names.iter().zip(&self.tensors) {
+            let mut grad = p.grad();
+            if grad.defined() {
+                let _ = grad
+                    .f_detach_()
+                    .and_then(|mut g| g.f_zero_())
+                    .map_err(|e| op_error(optimizer, name, p, &e))?;
+            }
         }
+        Ok(())
     }
 }
 
@@ -68,7 +75,7 @@ pub(crate) fn op_error(
     p: &Tensor,
     e: &tch::TchError,
 ) -> ScopeError {
-    ScopeError::new(
+    ScopeError::run(
         optimizer,
         Some(p.device()),
         format!("the update of parameter `{param}` failed: {e}"),
@@ -125,14 +132,14 @@ impl<'a> StateIn<'a> {
                 .strip_prefix(prefix)
                 .and_then(|r| r.strip_prefix('.'))
                 .ok_or_else(|| {
-                    ScopeError::new(
+                    ScopeError::load(
                         prefix,
                         None,
                         format!("the state entry `{key}` is not a {prefix} state's"),
                     )
                 })?;
             let (buffer, name) = rest.split_once('.').ok_or_else(|| {
-                ScopeError::new(prefix, None, format!("malformed state entry `{key}`"))
+                ScopeError::load(prefix, None, format!("malformed state entry `{key}`"))
             })?;
             if buffer == "option" {
                 options.insert(name, t);
@@ -150,14 +157,14 @@ impl<'a> StateIn<'a> {
     /// An option's value; `None` when the state lacks it.
     pub fn option(&mut self, name: &str) -> Result<f64, ScopeError> {
         let t = self.options.remove(name).ok_or_else(|| {
-            ScopeError::new(
+            ScopeError::load(
                 self.prefix,
                 None,
                 format!("the state lacks the option `{name}`"),
             )
         })?;
         t.f_double_value(&[])
-            .map_err(|e| ScopeError::new(self.prefix, None, format!("option `{name}`: {e}")))
+            .map_err(|e| ScopeError::load(self.prefix, None, format!("option `{name}`: {e}")))
     }
 
     /// A count (a step) of `param`, if the state has one.
@@ -166,7 +173,7 @@ impl<'a> StateIn<'a> {
             .remove(&(buffer.to_owned(), param.to_owned()))
             .map(|t| {
                 t.f_int64_value(&[]).map_err(|e| {
-                    ScopeError::new(self.prefix, None, format!("`{buffer}` of `{param}`: {e}"))
+                    ScopeError::load(self.prefix, None, format!("`{buffer}` of `{param}`: {e}"))
                 })
             })
             .transpose()
@@ -185,7 +192,7 @@ impl<'a> StateIn<'a> {
             return Ok(None);
         };
         if t.size() != p.size() || t.kind() != p.kind() {
-            return Err(ScopeError::new(
+            return Err(ScopeError::load(
                 self.prefix,
                 Some(p.device()),
                 format!(
@@ -201,7 +208,7 @@ impl<'a> StateIn<'a> {
             .and_then(|t| t.f_detach_copy())
             .map(Some)
             .map_err(|e| {
-                ScopeError::new(
+                ScopeError::load(
                     self.prefix,
                     Some(p.device()),
                     format!("`{buffer}` of `{param}`: {e}"),
@@ -220,7 +227,7 @@ impl<'a> StateIn<'a> {
         if left.is_empty() {
             Ok(())
         } else {
-            Err(ScopeError::new(
+            Err(ScopeError::load(
                 self.prefix,
                 None,
                 format!(
@@ -235,4 +242,14 @@ impl<'a> StateIn<'a> {
 /// A tensor of zeros shaped as `p`, for a buffer's first step.
 pub(crate) fn zeros_like(p: &Tensor) -> Result<Tensor, tch::TchError> {
     p.f_zeros_like()
+}
+
+/// A 0-dim f64 tensor of `x`, for the updates' scalars. tch's methods that
+/// take a `Scalar` panic instead of returning their operator's error (the
+/// `Scalar`'s drop meets the pending error), so the updates use tensors:
+/// a refused operator (a passed `deadline`, a stop) is then an `Err`. A
+/// 0-dim tensor takes part in an operator as a scalar does: same dtype
+/// rules, same kernel.
+pub(crate) fn scalar(x: f64) -> Result<Tensor, tch::TchError> {
+    Tensor::f_from_slice(&[x])?.f_squeeze()
 }

@@ -6,7 +6,7 @@ use tch::Tensor;
 use tch::nn::VarStore;
 
 use super::Optimizer;
-use super::params::{Params, StateIn, StateOut, check, op_error};
+use super::params::{Params, StateIn, StateOut, check, op_error, scalar};
 use crate::{NoGrad, Scope, ScopeError};
 
 #[derive(Debug, Clone, Copy)]
@@ -196,8 +196,11 @@ impl Sgd {
     }
 
     /// See [`Optimizer::zero_grad`].
+    ///
+    /// # Panics
+    /// See [`Optimizer::zero_grad`].
     pub fn zero_grad(&self) {
-        self.params.zero_grad();
+        Optimizer::zero_grad(self);
     }
 
     /// See [`Optimizer::backward_step`].
@@ -220,26 +223,26 @@ fn update(
     let mut grad = grad.shallow_clone();
     if o.weight_decay != 0.0 {
         // grad.add(param, alpha=weight_decay)
-        grad = grad.f_add(&param.f_mul_scalar(o.weight_decay)?)?;
+        grad = grad.f_add(&param.f_mul(&scalar(o.weight_decay)?)?)?;
     }
     if o.momentum != 0.0 {
         let b = match buf {
             None => buf.insert(grad.f_detach_copy()?),
             Some(b) => {
                 // buf.mul_(momentum).add_(grad, alpha=1 - dampening)
-                let _ = b.f_mul_scalar_(o.momentum)?;
-                let _ = b.f_add_(&grad.f_mul_scalar(1.0 - o.dampening)?)?;
+                let _ = b.f_mul_(&scalar(o.momentum)?)?;
+                let _ = b.f_add_(&grad.f_mul(&scalar(1.0 - o.dampening)?)?)?;
                 b
             }
         };
         grad = if o.nesterov {
-            grad.f_add(&b.f_mul_scalar(o.momentum)?)?
+            grad.f_add(&b.f_mul(&scalar(o.momentum)?)?)?
         } else {
             b.shallow_clone()
         };
     }
     // param.add_(grad, alpha=-lr)
-    let _ = param.f_add_(&grad.f_mul_scalar(-o.lr)?)?;
+    let _ = param.f_add_(&grad.f_mul(&scalar(-o.lr)?)?)?;
     Ok(())
 }
 
@@ -252,8 +255,8 @@ impl Optimizer for Sgd {
         Sgd::step(self)
     }
 
-    fn zero_grad(&self) {
-        self.params.zero_grad();
+    fn try_zero_grad(&self) -> Result<(), ScopeError> {
+        self.params.try_zero_grad("Sgd")
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
