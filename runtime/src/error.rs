@@ -12,9 +12,8 @@ use std::fmt;
 /// fail and by [`try_scoped!`](crate::try_scoped). An attribute on a
 /// function returning `Result<_, E>` returns `Err(E::from(e))` where
 /// `E: From<ScopeError>`, and panics with this message otherwise. Loading
-/// and running a model ([`aoti::Package`](crate::aoti::Package),
-/// [`batch::cmodule_forward`](crate::batch::cmodule_forward)) fail with it
-/// too, and say so: "cannot load …", "cannot run …" ([`Stage`]).
+/// and running a model (`aoti::Package`, `batch::cmodule_forward`: modules
+/// above this one, so named without a link) fail with it too, and say so: "cannot load …", "cannot run …" ([`Stage`]).
 ///
 /// ```
 /// use tch_scope::ScopeError;
