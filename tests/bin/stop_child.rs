@@ -273,4 +273,19 @@ fn bench(n: u32) {
         "ns per add_: no listener {:.1}, listener {:.1}, deadline {:.1}",
         best[0], best[1], best[2]
     ));
+    // How long the watcher takes to switch the refusal on after a stop
+    // (then the stop ends the process, killed by SIGUSR1).
+    let listener = stop::listen().unwrap();
+    let t = Instant::now();
+    // SAFETY: raise(3) of a signal the listener handles.
+    unsafe { libc::raise(libc::SIGUSR1) };
+    while !stop::refusing() && t.elapsed() < Duration::from_secs(60) {
+        std::hint::spin_loop();
+    }
+    say(&format!(
+        "refusal on {:.1} ms after the signal",
+        t.elapsed().as_secs_f64() * 1e3
+    ));
+    drop(listener);
+    stop::finish_if_stopped();
 }
