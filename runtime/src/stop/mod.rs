@@ -1,59 +1,8 @@
 //! Signals end a run cleanly: while a `checkpoint` scope is open, SIGINT,
-//! SIGTERM and SIGUSR1 (SLURM's warning before preemption) request a stop
-//! instead of killing the process (see [`set_stop_signals`] to choose
-//! others).
-//!
-//! What a stop does (it first writes one line on stderr, so that whoever
-//! pressed Ctrl-C sees it was heard):
-//! - [`stop_requested`] turns true, for a loop of your own to check
-//!   between its steps; a `steps` loop ends at the next step boundary.
-//! - Outside a `steps` loop it acts like a passed `deadline`: the next
-//!   libtorch operator of every thread inside an open checkpoint is
-//!   refused ("stopped by SIGINT at aten::mm: the checkpoint saves and the
-//!   process ends; press Ctrl-C again to end it at once"), so the body
-//!   unwinds (tch's `f_` methods return the error, the others panic with
-//!   it, and a `deadline` scope on the way ends with it as its
-//!   [`ScopeError`]). `save_on_failure` then decides as for any failed
-//!   exit.
-//! - Every open checkpoint saves on its way out, innermost first; when the
-//!   last one has ended, the process ends *as the signal would have ended
-//!   it*: killed by that signal, so a shell reads 130 for SIGINT, 143 for
-//!   SIGTERM and 138 for SIGUSR1, and torchrun reports the signal.
-//! - A second stop signal ends the process at once, the same way (killed
-//!   by the second signal: 130 for a second Ctrl-C), even in the middle of
-//!   a save; the previous checkpoint file stays whole (saves replace the
-//!   file by a rename).
-//!
-//! What it costs: nothing per operator until a stop comes. The threads
-//! inside a checkpoint carry a dispatch key whose fallback is a
-//! fallthrough, which libtorch's dispatcher masks out; at a stop, a
-//! watcher thread (a signal handler may touch neither another thread's
-//! state nor the dispatcher) registers the refusing kernel on every
-//! operator, which takes some milliseconds (5 to 18 ms measured here);
-//! until then the threads go on running operators. (A `deadline`'s check
-//! runs before every operator: ≈ 120 ns each here.)
-//!
-//! Handlers are installed when the first checkpoint opens (through the
-//! `signal-hook` crate's registry, which chains to handlers installed
-//! before it and runs the application's own `signal-hook` actions beside
-//! ours); while no checkpoint is open, each signal does what it did before
-//! the first one opened: one that was left at its default ends the process
-//! by the signal, one the application handles goes to its handler. A
-//! signal that was ignored (`nohup`, a background job's SIGINT) stays
-//! ignored. One limit: an application that registers a `signal-hook`
-//! action for a stop signal *after* the first checkpoint opened, for a
-//! signal that had no handler before, still sees the process end on it
-//! while no checkpoint is open (register yours before, or choose the
-//! signals with [`set_stop_signals`]).
-//!
-//! Beside Python: PyTorch code gets Ctrl-C as `KeyboardInterrupt`, raised
-//! between two bytecodes of the main thread, so `finally` blocks and
-//! `with` exits run, and Python then ends killed by SIGINT; SIGTERM has no
-//! handler by default and kills the process at once (no `finally`).
-//! Lightning's SLURM support catches SIGUSR1/SIGTERM, saves a checkpoint
-//! and requeues the job. Here both signals (and SIGUSR1) get the
-//! `finally` treatment, on any thread inside a checkpoint, and the stop
-//! reaches code inside a libtorch call at its next operator.
+//! SIGTERM and SIGUSR1 request a stop instead of killing the process. The
+//! whole story is on [`stop_requested`], the public entry point (this
+//! module is private). `handler` holds the signal side, `refusal` the
+//! refusal of operators (`csrc/deadline.cpp` holds its dispatcher side).
 
 mod handler;
 mod refusal;
@@ -75,6 +24,66 @@ fn default_signals() -> Vec<i32> {
 /// Whether a stop signal came while a checkpoint was open: a loop of your
 /// own checks it between its steps and ends there (the checkpoint saves
 /// on the way out, then the process ends as the signal would have).
+///
+/// # Stopping on a signal
+///
+/// Signals end a run cleanly: while a `checkpoint` scope is open, SIGINT,
+/// SIGTERM and SIGUSR1 (SLURM's warning before preemption) request a stop
+/// instead of killing the process (see [`set_stop_signals`] to choose
+/// others).
+///
+/// What a stop does (it first writes one line on stderr, so that whoever
+/// pressed Ctrl-C sees it was heard):
+/// - This function returns true, for a loop of your own to check between
+///   its steps; a [`steps`](crate::steps) loop ends at the next step
+///   boundary (its operators are not refused: the step runs whole).
+/// - Outside a `steps` loop it acts like a passed `deadline`: the next
+///   libtorch operator of every thread inside an open checkpoint is
+///   refused ("stopped by SIGINT at aten::mm: the checkpoint saves and the
+///   process ends; press Ctrl-C again to end it at once"), so the body
+///   unwinds (tch's `f_` methods return the error, the others panic with
+///   it, and a `deadline` scope on the way ends with it as its
+///   [`ScopeError`]). `save_on_failure` then decides as for any failed
+///   exit.
+/// - Every open checkpoint saves on its way out, innermost first; when the
+///   last one has ended, the process ends *as the signal would have ended
+///   it*: killed by that signal, so a shell reads 130 for SIGINT, 143 for
+///   SIGTERM and 138 for SIGUSR1, and torchrun reports the signal.
+/// - A second stop signal ends the process at once, the same way (killed
+///   by the second signal: 130 for a second Ctrl-C), even in the middle of
+///   a save; the previous checkpoint file stays whole (saves replace the
+///   file by a rename).
+///
+/// What it costs: nothing per operator until a stop comes. The threads
+/// inside a checkpoint carry a dispatch key whose fallback is a
+/// fallthrough, which libtorch's dispatcher masks out; at a stop, a
+/// watcher thread (a signal handler may touch neither another thread's
+/// state nor the dispatcher) registers the refusing kernel on every
+/// operator, which takes some milliseconds (5 to 18 ms measured here);
+/// until then the threads go on running operators. (A `deadline`'s check
+/// runs before every operator: ≈ 120 ns each here.)
+///
+/// Handlers are installed when the first checkpoint opens (through the
+/// `signal-hook` crate's registry, which chains to handlers installed
+/// before it and runs the application's own `signal-hook` actions beside
+/// ours); while no checkpoint is open, each signal does what it did before
+/// the first one opened: one that was left at its default ends the process
+/// by the signal, one the application handles goes to its handler. A
+/// signal that was ignored (`nohup`, a background job's SIGINT) stays
+/// ignored. One limit: an application that registers a `signal-hook`
+/// action for a stop signal *after* the first checkpoint opened, for a
+/// signal that had no handler before, still sees the process end on it
+/// while no checkpoint is open (register yours before, or choose the
+/// signals with [`set_stop_signals`]).
+///
+/// Beside Python: PyTorch code gets Ctrl-C as `KeyboardInterrupt`, raised
+/// between two bytecodes of the main thread, so `finally` blocks and
+/// `with` exits run, and Python then ends killed by SIGINT; SIGTERM has no
+/// handler by default and kills the process at once (no `finally`).
+/// Lightning's SLURM support catches SIGUSR1/SIGTERM, saves a checkpoint
+/// and requeues the job. Here both signals (and SIGUSR1) get the
+/// `finally` treatment, on any thread inside a checkpoint, and the stop
+/// reaches code inside a libtorch call at its next operator.
 ///
 /// ```no_run
 /// # let vs = tch::nn::VarStore::new(tch::Device::Cpu);
@@ -107,7 +116,7 @@ pub fn stop_signal() -> Option<i32> {
 /// (`libc::SIGINT`, `libc::SIGTERM`, `libc::SIGUSR1` by default); an empty
 /// list turns stopping on a signal off. Takes effect at once, for the
 /// checkpoints open now too; a signal taken out of the list does again
-/// what it did before (see [the module docs](self)).
+/// what it did before (see [`stop_requested`]).
 ///
 /// # Errors
 /// A number that is no signal, or one that can't request a stop: SIGKILL
@@ -273,11 +282,11 @@ impl Drop for StopDeferred {
 pub mod testing {
     use crate::ScopeError;
 
-    /// A [`StopListener`](super::StopListener) held by a test.
+    /// A `StopListener` held by a test.
     #[derive(Debug)]
     pub struct Listener(#[allow(dead_code, reason = "held for its Drop")] super::StopListener);
 
-    /// [`listen`](super::listen).
+    /// `listen`.
     ///
     /// # Errors
     /// As `listen`.
@@ -285,12 +294,12 @@ pub mod testing {
         super::listen().map(Listener)
     }
 
-    /// [`finish_if_stopped`](super::finish_if_stopped).
+    /// `finish_if_stopped`.
     pub fn finish_if_stopped() {
         super::finish_if_stopped();
     }
 
-    /// A [`StopDeferred`](super::StopDeferred) (a `steps` loop's).
+    /// A `StopDeferred` (a `steps` loop's).
     #[derive(Debug)]
     pub struct Deferred(#[allow(dead_code, reason = "held for its Drop")] super::StopDeferred);
 
