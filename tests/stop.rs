@@ -29,9 +29,13 @@ impl Run {
     }
 
     fn with_args(scenario: &str, args: &[&Path]) -> Run {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stop-child"))
-            .arg(scenario)
-            .args(args)
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_stop-child"));
+        cmd.arg(scenario).args(args);
+        Run::command(cmd)
+    }
+
+    fn command(mut cmd: Command) -> Run {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -319,4 +323,49 @@ fn nested_checkpoints_both_save_before_the_process_dies_by_sigterm() {
     assert!(rest.is_empty(), "{rest:?}");
     assert_eq!(logged(&inner), ["inner", "stopped"]);
     assert_eq!(logged(&outer), ["outer"]);
+}
+
+/// The bootstrap venv's torchrun (beside its python; `TCH_SCOPE_PYTHON`
+/// names another python).
+fn torchrun() -> Option<PathBuf> {
+    let py = std::env::var_os("TCH_SCOPE_PYTHON")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let torch = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/../.libtorch"));
+            torch.ok().map(|t| t.join("../../../../bin/python"))
+        })?;
+    Some(py.with_file_name("torchrun")).filter(|t| t.exists())
+}
+
+#[test]
+fn under_torchrun_a_ctrl_c_reaches_the_worker_once_and_its_checkpoint_saves() {
+    let Some(torchrun) = torchrun() else {
+        eprintln!("skipped: no torchrun (the bootstrap venv, or TCH_SCOPE_PYTHON)");
+        return;
+    };
+    let path = temp("torchrun.ot");
+    let mut cmd = Command::new(torchrun);
+    cmd.args(["--standalone", "--nproc-per-node=1", "--no-python"])
+        .arg(env!("CARGO_BIN_EXE_stop-child"))
+        .arg("checkpoint")
+        .arg(&path);
+    let mut run = Run::command(cmd);
+    run.expect("listening");
+    // Ctrl-C at a terminal reaches torchrun alone (its workers run in
+    // sessions of their own); torchrun sends it on to the worker.
+    run.signal(libc::SIGINT);
+    let (status, rest, stderr) = run.end_with_stderr();
+    assert!(!status.success(), "{status:?}");
+    assert!(rest.is_empty(), "the worker's body went on: {rest:?}");
+    assert!(stderr.contains("closing signal SIGINT"), "{stderr}");
+    assert_eq!(
+        stderr.matches("tch-scope: SIGINT: stopping").count(),
+        1,
+        "one stop, no second signal: {stderr}"
+    );
+    assert!(
+        stderr.contains("stopped by SIGINT at aten::add"),
+        "{stderr}"
+    );
+    assert_eq!(logged(&path), ["before the stop"]);
 }
