@@ -241,3 +241,60 @@ fn bad_settings_and_files_are_refused_on_entry() {
     assert_eq!(Optimizer::name(&m.opt), "Adam");
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn a_safetensors_checkpoint_holds_the_training_state_too() {
+    let path = temp("st").with_extension("safetensors");
+    let _ = std::fs::remove_file(&path);
+    let m = model();
+    let state = RunState::new(vec![1u8, 2, 3]);
+    scoped!(checkpoint(m.vs, &path, optimizer = m.opt, state = state) => {
+        for _ in steps(3) {
+            train_step(&m);
+        }
+    });
+    let back = model();
+    let s = RunState::new(Vec::<u8>::new());
+    let rest = scoped!(checkpoint(back.vs, &path, resume, optimizer = back.opt, state = s) => {
+        steps(4).collect::<Vec<_>>()
+    });
+    assert_eq!(rest, [3]);
+    assert_eq!(back.opt.steps_taken(), 3);
+    assert_eq!(s.get(), [1, 2, 3]);
+    assert_eq!(Checkpoint::read(&path).unwrap().step, 4);
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// `#[checkpoint(..)]` on a function whose parameters are references: the
+/// optimizer and the run state are named through them.
+#[tch_scope::checkpoint(vs, path, resume, optimizer = opt, every = 2, state = seen)]
+fn train_fn(
+    vs: &VarStore,
+    path: &std::path::Path,
+    m: &Model,
+    opt: &Adam,
+    seen: &RunState<u32>,
+) -> i64 {
+    let _ = vs;
+    let mut last = -1;
+    for step in steps(5) {
+        let x = Tensor::ones([4, 3], (Kind::Float, Device::Cpu));
+        let loss = m.lin.forward(&x).square().mean(Kind::Float);
+        opt.backward_step(&loss).unwrap();
+        seen.update(|n| *n += 1);
+        last = step;
+    }
+    last
+}
+
+#[test]
+fn the_attribute_takes_the_optimizer_and_the_state_by_reference() {
+    let path = temp("attr");
+    let m = model();
+    let seen = RunState::new(0u32);
+    assert_eq!(train_fn(&m.vs, &path, &m, &m.opt, &seen), 4);
+    let saved = Checkpoint::read(&path).unwrap();
+    assert_eq!((saved.step, saved.state::<u32>().unwrap()), (5, Some(5)));
+    assert!(!saved.optimizer.is_empty());
+    std::fs::remove_file(&path).unwrap();
+}

@@ -170,6 +170,7 @@ fn declares(src: &str, name: &str) -> bool {
         format!("pub fn {name}("),
         format!("pub fn {name}<"),
         format!("pub struct {name}"),
+        format!("pub trait {name}"),
         format!("pub use crate::{name};"),
         format!(" as {name}}}"),
         format!(" as {name},"),

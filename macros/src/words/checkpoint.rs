@@ -51,12 +51,18 @@ pub(crate) fn build(checked: &Checked, cx: &Cx) -> TokenStream {
     let save_on_failure = value("save_on_failure").unwrap_or_else(|| syn::parse_quote!(true));
     let mut call = forms::private_call(checked, cx, &[vs, path, resume, save_on_failure]);
     // Borrowed too: the body keeps stepping the optimizer and changing
-    // the state (both take `&self`) while the checkpoint reads them.
-    for (param, method) in [("optimizer", "optimizer"), ("state", "state")] {
-        if let Some(v) = value(param) {
-            let m = syn::Ident::new(method, v.span());
-            call = quote_spanned!(v.span()=> #call.#m(&(#v)));
-        }
+    // the state (both take `&self`) while the checkpoint reads them. The
+    // optimizer through a method call, whose autoderef takes `opt` and
+    // `&opt` alike (a function's `opt: &Adam` under the attribute).
+    if let Some(opt) = value("optimizer") {
+        let private = cx.private(opt.span());
+        call = quote_spanned!(opt.span()=> #call.optimizer({
+            use #private::CheckpointOptimizer as _;
+            (#opt).tch_scope_checkpoint_optimizer()
+        }));
+    }
+    if let Some(state) = value("state") {
+        call = quote_spanned!(state.span()=> #call.state(&(#state)));
     }
     if let Some(every) = value("every") {
         call = quote_spanned!(every.span()=> #call.every(#every));

@@ -208,8 +208,8 @@ pub fn checkpoint<'a>(
 /// macros chain them on the scope, each borrowed like the VarStore.
 impl<'a> Task<Checkpoint<'a>> {
     #[inline]
-    pub fn optimizer<O: crate::optim::Optimizer>(self, optimizer: &'a O) -> Self {
-        Task(self.0.optimizer(optimizer))
+    pub fn optimizer(self, optimizer: &'a dyn crate::optim::Optimizer) -> Self {
+        Task(self.0.optimizer_dyn(optimizer))
     }
 
     #[inline]
@@ -223,6 +223,20 @@ impl<'a> Task<Checkpoint<'a>> {
         T: serde::Serialize + serde::de::DeserializeOwned + Send,
     {
         Task(self.0.state(state))
+    }
+}
+
+/// `optimizer = opt` of `checkpoint(..)`: the macros call this method on
+/// `opt`, so autoderef takes an optimizer and a reference to one alike (a
+/// function's `opt: &Adam` parameter under `#[checkpoint(..)]`).
+pub trait CheckpointOptimizer {
+    fn tch_scope_checkpoint_optimizer(&self) -> &dyn crate::optim::Optimizer;
+}
+
+impl<O: crate::optim::Optimizer> CheckpointOptimizer for O {
+    #[inline]
+    fn tch_scope_checkpoint_optimizer(&self) -> &dyn crate::optim::Optimizer {
+        self
     }
 }
 

@@ -210,7 +210,12 @@ impl<'a> Checkpoint<'a> {
     ///
     /// On `resume`, a file without an optimizer state is refused (resuming
     /// would restart the optimizer cold); delete the file to start afresh.
-    pub fn optimizer<O: Optimizer>(mut self, optimizer: &'a O) -> Self {
+    pub fn optimizer<O: Optimizer>(self, optimizer: &'a O) -> Self {
+        self.optimizer_dyn(optimizer)
+    }
+
+    /// [`optimizer`](Self::optimizer) of a trait object (the macros').
+    pub(crate) fn optimizer_dyn(mut self, optimizer: &'a dyn Optimizer) -> Self {
         self.optimizer = Some(OptimizerRef(optimizer));
         self
     }
