@@ -81,6 +81,13 @@
 //! hears an [`Outcome`]; [`ScopeStack::push_exit`] does the same for a
 //! callback.
 //!
+//! While a `checkpoint` is open, SIGINT, SIGTERM and SIGUSR1 request a
+//! stop instead of killing the process: a [`steps`] loop ends at its next
+//! step boundary, a loop of your own checks [`stop_requested`], other code
+//! has its next libtorch operator refused; every open checkpoint saves,
+//! then the process ends killed by the signal (130 for Ctrl-C, 143 for
+//! SIGTERM); a second signal ends it at once (see [`stop_requested`]).
+//!
 //! `eval(model)` and `train(model)` take any [`Trainable`] model — a
 //! [`tch::CModule`], a `tch::nn` module wrapped in [`WithMode`], or your own
 //! type — and borrow it (shared) for the scope, so the body can still call
