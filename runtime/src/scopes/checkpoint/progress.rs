@@ -54,6 +54,9 @@ impl Progress {
         let len = u64::try_from(end).unwrap_or(0);
         let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr())
             .with_position(u64::try_from(start.clamp(0, end.max(0))).unwrap_or(0));
+        // Steps per second and the time left from the resumed position on,
+        // not from 0.
+        bar.reset_eta();
         if let Ok(style) = ProgressStyle::with_template(
             "{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}, {per_sec}] {msg}",
         ) {

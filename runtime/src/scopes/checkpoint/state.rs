@@ -29,7 +29,9 @@ pub(super) const RNG: &str = "__tch_scope_rng__.";
 /// optimizers take `&self`: the checkpoint reads it at every step
 /// boundary while the body changes it, so both hold a shared reference.
 /// On `resume`, entering the checkpoint replaces its value with the saved
-/// one (a file saved without a state leaves it as it was).
+/// one (a file saved without a state leaves it as it was). It is
+/// serialized at every step boundary: keep it small (a seed and a
+/// position, not the data set).
 ///
 /// ```
 /// use tch_scope::{RunState, scoped, steps};
