@@ -1,6 +1,7 @@
 //! The signal side of a stop: one `signal-hook` action per stop signal,
-//! registered at the first listener and kept for the life of the process,
-//! and a watcher thread that does what a signal handler may not.
+//! registered at the first listener and kept for the life of the process;
+//! a stop wakes the watcher thread (`refusal::watcher`), which does what a
+//! signal handler may not.
 //!
 //! Why the action stays registered: signal-hook's registry installs its
 //! own OS handler for a signal at the first registration and keeps it,
@@ -17,15 +18,10 @@
 //! Everything the action reads is an atomic: a signal handler may take no
 //! lock and allocate nothing.
 
-use std::io::Read;
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use signal_hook::low_level::{emulate_default_handler, signal_name};
-
-use super::refusal;
 
 /// One past the largest signal number (`SIGRTMAX` is 64 on Linux).
 pub(super) const SIGNALS: usize = 65;
@@ -42,7 +38,8 @@ static IS_STOP: [AtomicBool; SIGNALS] = [const { AtomicBool::new(false) }; SIGNA
 static DEFAULT_BEFORE: [AtomicBool; SIGNALS] = [const { AtomicBool::new(false) }; SIGNALS];
 /// Per signal: whether our action is registered.
 static REGISTERED: [AtomicBool; SIGNALS] = [const { AtomicBool::new(false) }; SIGNALS];
-/// The write end of the watcher's socket, -1 before the watcher starts.
+/// The write end of the watcher's socket (`refusal::watcher`), -1 before
+/// the first listener.
 static WAKE: AtomicI32 = AtomicI32::new(-1);
 
 /// Serializes installation (not the handler: it takes no lock).
@@ -84,11 +81,11 @@ pub(super) fn set_stop(signals: &[i32]) {
     }
 }
 
-/// Registers our action for every stop signal not yet registered, and
-/// starts the watcher thread once.
-pub(super) fn install(signals: &[i32]) -> Result<(), String> {
+/// Registers our action for every stop signal not yet registered; a stop
+/// writes a byte to `wake`, the watcher's socket.
+pub(super) fn install(signals: &[i32], wake: i32) -> Result<(), String> {
     let _one = INSTALL.lock().unwrap_or_else(PoisonError::into_inner);
-    start_watcher()?;
+    WAKE.store(wake, Ordering::SeqCst);
     for &signal in signals {
         let i = index(signal);
         if REGISTERED[i].load(Ordering::SeqCst) {
@@ -186,32 +183,4 @@ fn notice(signal: i32) -> &'static [u8] {
 fn say(msg: &[u8]) {
     // SAFETY: write(2) on fd 2 is async-signal-safe.
     unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
-}
-
-/// The watcher: woken by the action, it switches the refusal of operators
-/// on (registering kernels with libtorch's dispatcher allocates and locks,
-/// which a signal handler must not).
-fn start_watcher() -> Result<(), String> {
-    if WAKE.load(Ordering::SeqCst) >= 0 {
-        return Ok(());
-    }
-    let (mut rx, tx) = UnixStream::pair().map_err(|e| format!("no socket for the watcher: {e}"))?;
-    tx.set_nonblocking(true)
-        .map_err(|e| format!("no socket for the watcher: {e}"))?;
-    std::thread::Builder::new()
-        .name("tch-scope-stop".into())
-        .spawn(move || {
-            let mut byte = [0u8; 1];
-            while rx.read(&mut byte).is_ok_and(|n| n > 0) {
-                let signal = STOPPED_BY.load(Ordering::SeqCst);
-                if signal != 0 {
-                    refusal::switch_on(signal);
-                }
-            }
-        })
-        .map_err(|e| format!("could not start the watcher thread: {e}"))?;
-    // The write end lives for the process, like the watcher.
-    WAKE.store(tx.as_raw_fd(), Ordering::SeqCst);
-    std::mem::forget(tx);
-    Ok(())
 }

@@ -141,7 +141,9 @@ pub fn set_stop_signals(signals: &[i32]) -> Result<(), ScopeError> {
     }
     let mut current = STOP_SIGNALS.lock().unwrap_or_else(PoisonError::into_inner);
     if LISTENERS.load(Ordering::SeqCst) > 0 {
-        handler::install(signals).map_err(|e| ScopeError::new("set_stop_signals", None, e))?;
+        refusal::watcher()
+            .and_then(|wake| handler::install(signals, wake))
+            .map_err(|e| ScopeError::new("set_stop_signals", None, e))?;
     }
     handler::set_stop(signals);
     *current = Some(signals.to_vec());
@@ -196,7 +198,7 @@ pub(crate) fn listen() -> Result<StopListener, ScopeError> {
     // Counted first: a signal from here on is a stop (once our action is
     // registered; before, it does what it did before).
     LISTENERS.fetch_add(1, Ordering::SeqCst);
-    if let Err(e) = handler::install(&signals) {
+    if let Err(e) = refusal::watcher().and_then(|wake| handler::install(&signals, wake)) {
         LISTENERS.fetch_sub(1, Ordering::SeqCst);
         return Err(err(e));
     }

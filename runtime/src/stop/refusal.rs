@@ -3,7 +3,13 @@
 //! dispatcher's side and says why it costs nothing until a stop comes).
 
 use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::IntoRawFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use super::handler;
 
 use crate::ffi;
 
@@ -34,10 +40,10 @@ pub(super) fn message_parts(signal: i32) -> (String, String) {
     let again = if signal == libc::SIGINT {
         "press Ctrl-C again to end it at once".to_owned()
     } else {
-        format!("a second {} ends it at once", super::handler::name(signal))
+        format!("a second {} ends it at once", handler::name(signal))
     };
     (
-        format!("stopped by {}", super::handler::name(signal)),
+        format!("stopped by {}", handler::name(signal)),
         format!(": the checkpoint saves and the process ends; {again}"),
     )
 }
@@ -93,4 +99,40 @@ pub(super) fn defer() -> bool {
 pub(super) fn undefer(was: bool) {
     // SAFETY: two thread-local words; never throws.
     unsafe { tch_scope_stop_undefer(was) }
+}
+
+/// The write end of the watcher's socket, once it runs.
+static WATCHER: Mutex<Option<i32>> = Mutex::new(None);
+
+/// Starts the watcher thread once and gives the write end of its socket,
+/// for the signal action to wake it. Woken, it switches the refusal on:
+/// registering kernels with libtorch's dispatcher allocates and locks,
+/// which a signal handler must not.
+///
+/// # Errors
+/// No socket or no thread could be made.
+pub(super) fn watcher() -> Result<i32, String> {
+    let mut fd = WATCHER.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(fd) = *fd {
+        return Ok(fd);
+    }
+    let (mut rx, tx) = UnixStream::pair().map_err(|e| format!("no socket for the watcher: {e}"))?;
+    tx.set_nonblocking(true)
+        .map_err(|e| format!("no socket for the watcher: {e}"))?;
+    std::thread::Builder::new()
+        .name("tch-scope-stop".into())
+        .spawn(move || {
+            let mut byte = [0u8; 1];
+            while rx.read(&mut byte).is_ok_and(|n| n > 0) {
+                let signal = handler::STOPPED_BY.load(Ordering::SeqCst);
+                if signal != 0 {
+                    switch_on(signal);
+                }
+            }
+        })
+        .map_err(|e| format!("could not start the watcher thread: {e}"))?;
+    // The write end lives for the process, like the watcher.
+    let raw = tx.into_raw_fd();
+    *fd = Some(raw);
+    Ok(raw)
 }
