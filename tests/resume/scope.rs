@@ -298,3 +298,28 @@ fn the_attribute_takes_the_optimizer_and_the_state_by_reference() {
     assert!(!saved.optimizer.is_empty());
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn steps_belong_to_the_innermost_checkpoint_and_count_on_across_loops() {
+    let (outer_path, inner_path) = (temp("outer"), temp("inner"));
+    let m = model();
+    let (first, second) = scoped!(checkpoint(m.vs, &outer_path) => {
+        let inner = scoped!(checkpoint(m.vs, &inner_path) => {
+            let first: Vec<i64> = steps(3).collect();
+            // One counter per checkpoint: the next loop goes on from 3.
+            let second: Vec<i64> = steps(5).collect();
+            (first, second)
+        });
+        assert_eq!(Checkpoint::read(&inner_path).unwrap().step, 5);
+        inner
+    });
+    assert_eq!((first, second), (vec![0, 1, 2], vec![3, 4]));
+    // The outer checkpoint ran no loop of its own.
+    assert_eq!(Checkpoint::read(&outer_path).unwrap().step, 0);
+    // A loop made inside a checkpoint and run after it ended just counts.
+    let later = scoped!(checkpoint(m.vs, &inner_path) => steps(2));
+    assert_eq!(later.collect::<Vec<_>>(), [0, 1]);
+    for p in [outer_path, inner_path] {
+        std::fs::remove_file(p).unwrap();
+    }
+}
