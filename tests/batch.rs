@@ -19,6 +19,11 @@ use tch_scope::{
     is_inference_mode_enabled, scoped,
 };
 
+#[path = "batch/faults.rs"]
+mod faults;
+#[path = "batch/grad.rs"]
+mod grad;
+
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("data")
@@ -75,6 +80,16 @@ impl Gate {
     }
 }
 
+/// Opens the gate when dropped, so that a test failing while a worker is
+/// held ends (dropping the batcher joins its workers) rather than hangs.
+struct OpenOnDrop(Arc<Gate>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
 /// What one forward saw: grad mode, inference mode, CPU autocast, and the
 /// first value of each request's rows (its marker).
 #[derive(Debug, Clone, PartialEq)]
@@ -120,6 +135,20 @@ fn hold(batcher: &Batcher<WithMode<Affine>>, gate: &Gate) -> Ticket {
     let t = scoped!(inference_mode => batcher.submit(vec![rows(1, -1.0)]));
     gate.wait_entered(1);
     t
+}
+
+/// The ticket's answer, or a failure if none comes within a minute (a
+/// worker that ended would leave it waiting for ever).
+fn answer(t: Ticket) -> Result<Vec<Tensor>, BatchError> {
+    let start = Instant::now();
+    while !t.is_ready() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no answer within a minute: no worker is computing"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    t.wait()
 }
 
 fn max_diff(a: &Tensor, b: &Tensor) -> f64 {

@@ -17,27 +17,34 @@
 //!   request of a caller answered a moment ago: it is lone). The wait ends
 //!   early when the batch is full, when another worker becomes idle, or
 //!   at the earliest deadline in the batch.
-//! - **Only equal scope states share a batch.** Requests are batched only
-//!   with requests whose captured state is the same
-//!   ([`Context::same_state`]: grad mode, inference mode, autocast, current
-//!   device); different states form different batches. The worker enters
-//!   the batch's context around the forward: the captured state is the
-//!   whole state there, as with `with(ctx)` (no `inference_mode` is added:
+//! - **Only equal scope states share a batch, and grad mode never does.**
+//!   Requests are batched only with requests whose captured state is the
+//!   same ([`Context::same_state`]: grad mode, inference mode, autocast,
+//!   current device); different states form different batches. A request
+//!   submitted with grad mode on (outside `inference_mode`) always runs
+//!   alone: a batch's outputs are parts of one forward and would share one
+//!   autograd graph, so the first request's `backward()` would free it
+//!   under the others ("Trying to backward through the graph a second
+//!   time"). Alone, its outputs have a graph of their own, and what it can
+//!   do with them never depends on what else was queued. Submit from
+//!   `no_grad` or `inference_mode` to be batched. The worker enters the
+//!   batch's context around the forward: the captured state is the whole
+//!   state there, as with `with(ctx)` (no `inference_mode` is added:
 //!   submit from an `inference_mode` scope to serve with it).
 //! - **Concatenated along dim 0.** Each input of the batch is the
 //!   requests' inputs concatenated along dim 0; only requests whose inputs
 //!   agree in number, dtype, device and every other dim are batched
 //!   together (others form other batches, and a request whose inputs have
-//!   no dim 0, or disagree on their row count, runs alone). Every output of
-//!   the forward must keep the batch's rows first: it is split back per
-//!   request by their row counts. Several inputs and outputs work. A
-//!   request computed alone gets its own tensors, untouched; a batch gets
-//!   new ones, made by the concatenation in the batch's context. So build
-//!   inputs in the state you submit from: an input made inside
-//!   `inference_mode` and submitted from a context with grad mode on is
-//!   an inference tensor, which autograd refuses to save when that request
-//!   runs alone ("Inference tensors cannot be saved for backward"), while
-//!   in a batch its rows are copied into a normal tensor first.
+//!   no dim 0, or disagree on their row count, runs alone; so do requests
+//!   whose rows together would pass `i64::MAX`, which zero-element inputs
+//!   can claim). Every output of the forward must keep the batch's rows
+//!   first: it is split back per request by their row counts. Several
+//!   inputs and outputs work. A request computed alone gets its own
+//!   tensors, untouched; a batch gets new ones, made by the concatenation
+//!   in the batch's context. So build inputs in the state you submit
+//!   from: an input made inside `inference_mode` and submitted with grad
+//!   mode on is an inference tensor, which autograd refuses to save
+//!   ("Inference tensors cannot be saved for backward").
 //! - **Expired and cancelled requests are never computed.** Just before a
 //!   batch is computed, a request whose deadline has passed is removed and
 //!   answered [`BatchError::Expired`]; one whose [`Ticket`] was dropped is
@@ -48,6 +55,22 @@
 //!   the error reaches only the request that caused it. A deadline bounds
 //!   a batch by its latest request's deadline (the batch runs in the
 //!   context of that request).
+//! - **No request, option or panic ends a worker.** Every panic in a
+//!   batch's handling is caught, not only the forward's (a metrics
+//!   recorder's, the trace's; an executor's waker that panics when woken
+//!   loses no answer either): the batch's requests not answered yet are
+//!   answered [`BatchError::Panicked`], and the worker takes the next
+//!   batch. Should a worker end anyway (a bug),
+//!   [`live_workers`](Batcher::live_workers) counts one less; once the
+//!   last has ended, the requests waiting are answered
+//!   [`BatchError::Closed`] at once, and so is every later submission:
+//!   no request waits for a worker that will not come.
+//! - **The queue's cap is exact.** With
+//!   [`max_queue(n)`](BatchOptions::max_queue), a request submitted while
+//!   `n` wait for a worker is answered [`BatchError::QueueFull`] at once,
+//!   uncomputed: the check and the push are one step under the queue's
+//!   lock, so any number of threads submitting together never queue more
+//!   than `n`.
 //!
 //! `max_batch(1)` turns batching off: every request runs alone, its inputs
 //! and outputs untouched.
@@ -101,8 +124,12 @@
 //! assert_eq!(batcher.stats().inferences, 4);
 //! ```
 
+mod alive;
 mod forwards;
+mod options;
+mod panics;
 mod queue;
+mod stats;
 mod ticket;
 mod worker;
 
@@ -112,7 +139,11 @@ mod metrics;
 pub use metrics::describe_metrics;
 #[cfg(all(test, feature = "metrics"))]
 mod tests;
+#[cfg(test)]
+mod tests_ending;
 
+pub use options::BatchOptions;
+pub use stats::BatchStats;
 pub use ticket::Ticket;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -123,7 +154,9 @@ use std::time::{Duration, Instant};
 
 use tch::Tensor;
 
+use self::alive::Alive;
 use self::queue::{Queue, Request, Shape};
+use self::stats::Counts;
 use self::ticket::Answer;
 use crate::{Context, Inference, Record, Scope, ScopeError, Servable};
 
@@ -145,99 +178,17 @@ pub enum BatchError {
     /// Its forward panicked (computed alone); the panic's message.
     #[error("the forward panicked: {0}")]
     Panicked(String),
-    /// The batcher shut down, or its worker died, before answering.
+    /// The batcher shut down, or its workers ended, before answering: a
+    /// request queued when the last worker ended, or submitted after.
     #[error("the batcher closed before answering the request")]
     Closed,
-}
-
-/// A [`Batcher`]'s settings: `BatchOptions::new().max_batch(16)`.
-#[derive(Debug, Clone)]
-pub struct BatchOptions {
-    max_batch: usize,
-    max_delay: Duration,
-    workers: usize,
-    name: &'static str,
-}
-
-impl Default for BatchOptions {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl BatchOptions {
-    /// `max_batch` 32, `max_delay` 2 ms, 1 worker, named `"batch"`.
-    pub fn new() -> Self {
-        Self {
-            max_batch: 32,
-            max_delay: Duration::from_millis(2),
-            workers: 1,
-            name: "batch",
-        }
-    }
-
-    /// At most `n` requests a batch (0 counts as 1). 1 turns batching off:
-    /// every request runs alone, its inputs and outputs untouched.
-    pub fn max_batch(mut self, n: usize) -> Self {
-        self.max_batch = n.max(1);
-        self
-    }
-
-    /// How long a worker may wait for more requests to join a batch it
-    /// holds, when no other worker is idle and the batcher is loaded (see
-    /// the [module docs](self)). Zero: never waits.
-    pub fn max_delay(mut self, d: Duration) -> Self {
-        self.max_delay = d;
-        self
-    }
-
-    /// How many worker threads compute batches (0 counts as 1).
-    pub fn workers(mut self, n: usize) -> Self {
-        self.workers = n.max(1);
-        self
-    }
-
-    /// The batcher's name: its workers' thread names, its trace span and
-    /// its metrics' `name` label.
-    pub fn name(mut self, name: &'static str) -> Self {
-        self.name = name;
-        self
-    }
-}
-
-/// A batcher's counts since it started.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct BatchStats {
-    /// Requests submitted.
-    pub submitted: u64,
-    /// Requests computed with success (Triton's inference count).
-    pub inferences: u64,
-    /// Forward runs with success, batched or alone (Triton's execution
-    /// count): `inferences / executions` is the mean batch size.
-    pub executions: u64,
-    /// The most requests one successful forward computed.
-    pub largest_batch: u64,
-    /// Requests removed uncomputed because their deadline had passed.
-    pub expired: u64,
-    /// Requests removed uncomputed because their ticket was dropped.
-    pub cancelled: u64,
-    /// Requests answered with an error of their own forward.
-    pub failed: u64,
-    /// Batches that failed and whose requests then ran one by one.
-    pub split_batches: u64,
-}
-
-#[derive(Default)]
-struct Counts {
-    submitted: AtomicU64,
-    inferences: AtomicU64,
-    executions: AtomicU64,
-    largest_batch: AtomicU64,
-    expired: AtomicU64,
-    cancelled: AtomicU64,
-    failed: AtomicU64,
-    split_batches: AtomicU64,
+    /// Submitted when [`max_queue`](BatchOptions::max_queue) requests were
+    /// already waiting for a worker; answered at once, never computed.
+    #[error("the batch queue is full ({limit} requests waiting); the request was not computed")]
+    QueueFull {
+        /// The cap: [`max_queue`](BatchOptions::max_queue).
+        limit: usize,
+    },
 }
 
 /// The forward a batcher calls: the model and the batch's inputs, in
@@ -258,7 +209,12 @@ struct Shared<M: Servable> {
     /// requests are answered, so a caller's next request never finds its
     /// own finished forward still counted.
     computing: AtomicUsize,
+    /// Worker threads still running ([`Alive`]).
+    live: AtomicUsize,
     counts: Counts,
+    /// Test only: batches handled, for `end_worker_at_batch`.
+    #[cfg(test)]
+    handled: AtomicU64,
 }
 
 /// One forward counted in [`Shared::computing`] while it lives.
@@ -311,17 +267,22 @@ impl<M: Servable + Send + Sync + 'static> Batcher<M> {
             work: Condvar::new(),
             gather: Condvar::new(),
             computing: AtomicUsize::new(0),
+            live: AtomicUsize::new(0),
             counts: Counts::default(),
+            #[cfg(test)]
+            handled: AtomicU64::new(0),
         });
         let mut this = Batcher {
             shared,
             workers: Vec::new(),
         };
         for i in 0..this.shared.options.workers {
-            let shared = Arc::clone(&this.shared);
+            // Counted from here; uncounted when the thread ends, or at
+            // once if it can't be spawned (the closure is dropped).
+            let alive = Alive::new(Arc::clone(&this.shared));
             let worker = std::thread::Builder::new()
                 .name(format!("{}-{i}", this.shared.options.name))
-                .spawn(move || worker::work(&shared))
+                .spawn(move || worker::work(alive.shared()))
                 .map_err(|e| {
                     ScopeError::new("batch", None, format!("cannot spawn a worker: {e}"))
                 })?; // `this` drops here: the workers started so far end
@@ -349,7 +310,10 @@ impl<M: Servable + Send + Sync + 'static> Batcher<M> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let shape = if self.shared.options.max_batch > 1 {
+        // With grad mode on, a batch's outputs would share one autograd
+        // graph: such a request runs alone (`shape` None).
+        let grad = ctx.is_grad_enabled() && !ctx.is_inference_mode_enabled();
+        let shape = if self.shared.options.max_batch > 1 && !grad {
             Shape::of(&inputs)
         } else {
             None
@@ -364,9 +328,25 @@ impl<M: Servable + Send + Sync + 'static> Batcher<M> {
             slot,
             flow: crate::trace::flow_start(),
         };
-        self.shared.counts.submitted.fetch_add(1, Ordering::Relaxed);
+        let limit = self.shared.options.max_queue;
         let (wake_worker, wake_gatherers) = {
+            // Checked and pushed under one lock: the cap is exact, and no
+            // request is queued once the last worker has gone.
             let mut q = self.shared.lock();
+            let refused = if q.closed {
+                Some(BatchError::Closed)
+            } else if q.requests.len() >= limit {
+                Some(BatchError::QueueFull { limit })
+            } else {
+                None
+            };
+            if let Some(e) = refused {
+                drop(q);
+                self.shared.counts.refused.fetch_add(1, Ordering::Relaxed);
+                request.slot.answer(Err(e));
+                return ticket;
+            }
+            self.shared.counts.submitted.fetch_add(1, Ordering::Relaxed);
             q.requests.push_back(request);
             (q.idle > 0, q.gathering > 0)
         };
@@ -381,23 +361,22 @@ impl<M: Servable + Send + Sync + 'static> Batcher<M> {
 
     /// The counts so far.
     pub fn stats(&self) -> BatchStats {
-        let c = &self.shared.counts;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        BatchStats {
-            submitted: get(&c.submitted),
-            inferences: get(&c.inferences),
-            executions: get(&c.executions),
-            largest_batch: get(&c.largest_batch),
-            expired: get(&c.expired),
-            cancelled: get(&c.cancelled),
-            failed: get(&c.failed),
-            split_batches: get(&c.split_batches),
-        }
+        self.shared.counts.snapshot()
     }
 
-    /// Requests waiting for a worker.
+    /// Requests waiting for a worker (at most
+    /// [`max_queue`](BatchOptions::max_queue)).
     pub fn queued(&self) -> usize {
         self.shared.lock().requests.len()
+    }
+
+    /// Worker threads still running: `options.workers` from the start,
+    /// one less for each that ended (for any reason: no request or option
+    /// should end one, so below `workers` means a bug met). At 0 the
+    /// batcher answers every request [`BatchError::Closed`] at once; a
+    /// health check should report it unhealthy then.
+    pub fn live_workers(&self) -> usize {
+        self.shared.live.load(Ordering::SeqCst)
     }
 
     /// Its settings.
@@ -418,9 +397,11 @@ impl<M: Servable + Send + Sync + 'static> Drop for Batcher<M> {
         self.shared.work.notify_all();
         self.shared.gather.notify_all();
         for w in self.workers.drain(..) {
-            // A worker's panic was its own (requests are answered by their
-            // drop); nothing to add here.
-            let _ = w.join();
+            // A worker's panic was its own (its requests were answered
+            // `Closed`); nothing to add here.
+            if let Err(payload) = w.join() {
+                panics::discard(payload);
+            }
         }
     }
 }

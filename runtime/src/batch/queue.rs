@@ -74,6 +74,11 @@ impl Request {
         }
     }
 
+    /// Its rows along dim 0 (0 when it can't be batched).
+    pub(crate) fn rows(&self) -> i64 {
+        self.shape.as_ref().map_or(0, |s| s.rows)
+    }
+
     /// Whether its deadline has passed at `now`.
     pub(crate) fn expired(&self, now: Instant) -> bool {
         self.deadline.is_some_and(|d| d <= now)
@@ -93,17 +98,25 @@ pub(crate) struct Queue {
 
 impl Queue {
     /// Moves into `batch` the queued requests that fit its first one, in
-    /// arrival order, until it holds `max` of them.
+    /// arrival order, until it holds `max` of them. A request whose rows
+    /// would take the batch's past `i64::MAX` (zero-element inputs can
+    /// claim any number of rows) is left for another batch.
     pub(crate) fn take_fitting(&mut self, batch: &mut Vec<Request>, max: usize) {
         if batch.len() >= max || batch[0].shape.is_none() {
             return;
         }
+        let Some(mut rows) = batch.iter().try_fold(0i64, |n, r| n.checked_add(r.rows())) else {
+            return;
+        };
         let mut i = 0;
         while i < self.requests.len() && batch.len() < max {
-            if self.requests[i].fits(&batch[0]) {
-                batch.extend(self.requests.remove(i));
-            } else {
-                i += 1;
+            let r = &self.requests[i];
+            match rows.checked_add(r.rows()) {
+                Some(sum) if r.fits(&batch[0]) => {
+                    rows = sum;
+                    batch.extend(self.requests.remove(i));
+                }
+                _ => i += 1,
             }
         }
     }

@@ -2,7 +2,7 @@
 //! on their own threads, so a thread-local recorder would see nothing).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
 use ::metrics::{
@@ -11,12 +11,17 @@ use ::metrics::{
 };
 use tch::{Device, Kind, Tensor};
 
-use super::{BatchOptions, Batcher, metrics as m};
+use super::{BatchError, BatchOptions, Batcher, metrics as m};
 use crate::{Inference, WithMode};
 
 /// (metric, `name` label, value) of every counter increment and
 /// histogram value recorded in this process.
 static SEEN: Mutex<Vec<(String, String, f64)>> = Mutex::new(Vec::new());
+
+/// The batcher name whose first batch-size value makes the recorder panic
+/// (a recorder's bug, met on a worker thread).
+const PANICS: &str = "metrics-panics";
+static PANICKED: AtomicBool = AtomicBool::new(false);
 
 struct Keep;
 struct One(Key);
@@ -28,10 +33,21 @@ impl One {
             .labels()
             .find(|l| l.key() == "name")
             .map_or(String::new(), |l| l.value().to_owned());
+        if name == PANICS && self.0.name() == m::SIZE && !PANICKED.swap(true, Ordering::SeqCst) {
+            panic!("the recorder panics");
+        }
         SEEN.lock()
-            .unwrap()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push((self.0.name().to_owned(), name, v));
     }
+}
+
+/// Installs `Keep` as the global recorder, once for the lib's tests.
+fn install() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        ::metrics::set_global_recorder(Keep).expect("the only global recorder of the lib tests");
+    });
 }
 
 impl CounterFn for One {
@@ -73,7 +89,9 @@ impl tch::nn::Module for Double {
 
 #[test]
 fn batches_drops_and_counts_reach_the_recorder() {
-    ::metrics::set_global_recorder(Keep).expect("the only global recorder of the lib tests");
+    install();
+    // Grad mode off (requests with it on always run alone).
+    let _no_grad = tch::no_grad_guard();
     let served = Arc::new(Inference::new(WithMode::new(Double)).unwrap());
     // The first forward waits until `open`: the others queue meanwhile.
     let open = Arc::new(AtomicBool::new(false));
@@ -120,4 +138,34 @@ fn batches_drops_and_counts_reach_the_recorder() {
     assert_eq!(values(m::CANCELLED), [1.0]);
     assert_eq!(values(m::EXECUTIONS), [1.0, 1.0]);
     assert_eq!(values(m::INFERENCES), [1.0, 2.0]);
+}
+
+#[test]
+fn a_recorder_that_panics_fails_its_batch_and_the_worker_lives_on() {
+    install();
+    let _no_grad = tch::no_grad_guard();
+    let served = Arc::new(Inference::new(WithMode::new(Double)).unwrap());
+    let options = BatchOptions::new().name(PANICS);
+    let batcher =
+        Batcher::new(served, options, |model, xs| Ok(vec![model.forward(&xs[0])])).unwrap();
+    let x = Tensor::ones([1, 2], (Kind::Float, Device::Cpu));
+    match answer(batcher.submit(vec![x.shallow_clone()])) {
+        Err(BatchError::Panicked(msg)) => assert_eq!(msg, "the recorder panics"),
+        other => panic!("expected the recorder's panic, got {other:?}"),
+    }
+    let y = answer(batcher.submit(vec![x])).unwrap();
+    assert_eq!(y[0].double_value(&[0, 1]), 2.0);
+}
+
+/// The ticket's answer, or a failure if none comes within a minute.
+fn answer(t: super::Ticket) -> Result<Vec<Tensor>, BatchError> {
+    let start = Instant::now();
+    while !t.is_ready() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no answer within a minute: no worker is computing"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    t.wait()
 }

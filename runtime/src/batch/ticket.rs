@@ -43,21 +43,25 @@ impl Slot {
         self.gone.load(Ordering::Acquire)
     }
 
-    /// Answers the request (once; later answers are ignored) and wakes
-    /// whoever waits.
-    pub(crate) fn answer(&self, answer: Answer) {
+    /// Answers the request (once; later answers are ignored, and `false`
+    /// says so) and wakes whoever waits.
+    pub(crate) fn answer(&self, answer: Answer) -> bool {
         let waker = {
             let mut s = self.lock();
             if s.answer.is_some() || s.taken {
-                return;
+                return false;
             }
             s.answer = Some(answer);
             s.waker.take()
         };
         self.ready.notify_all();
         if let Some(w) = waker {
-            w.wake();
+            // A waker that panics is its executor's bug: the answer is
+            // stored all the same (the next poll or `wait` takes it), and
+            // the worker answering goes on to the next request.
+            super::panics::quietly(|| w.wake());
         }
+        true
     }
 }
 

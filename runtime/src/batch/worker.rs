@@ -1,6 +1,7 @@
 //! The worker loop: take a batch of requests of one state and shape, run
-//! it inside the first request's captured scopes, split the outputs back,
-//! and when a batch fails, run its requests one by one.
+//! it inside the captured scopes of one of them, split the outputs back,
+//! and when a batch fails, run its requests one by one. Every panic in a
+//! batch's handling is caught there: no request or option ends a worker.
 
 #![allow(
     clippy::wildcard_imports,
@@ -26,6 +27,16 @@ impl<M: Servable> Shared<M> {
     pub(super) fn computing(&self) -> Computing<'_> {
         self.computing.fetch_add(1, Ordering::SeqCst);
         Computing(&self.computing)
+    }
+
+    /// Test only: ends this worker with a panic outside its per-batch
+    /// guard after the batcher's `end_worker_at_batch`-th batch.
+    #[cfg(test)]
+    fn test_hook_after_batch(&self) {
+        let n = self.options.end_worker_at_batch;
+        if n > 0 && self.handled.fetch_add(1, Ordering::SeqCst) + 1 == n {
+            panic!("test only: a worker ends outside its per-batch guard");
+        }
     }
 
     /// One forward that answered `n` requests with success.
@@ -78,21 +89,28 @@ pub(super) fn work<M: Servable>(shared: &Shared<M>) {
             && (shared.computing.load(Ordering::SeqCst) > 0 || backlog)
             && !q.closed;
         if wait {
-            let mut until = Instant::now() + delay;
+            // A delay past what an `Instant` can hold (`Duration::MAX`)
+            // sets no limit of its own: the batch waits to be full.
+            let mut until = Instant::now().checked_add(delay);
             if let Some(d) = batch.iter().filter_map(|r| r.deadline).min() {
-                until = until.min(d);
+                until = Some(until.map_or(d, |u| u.min(d)));
             }
             q.gathering += 1;
             loop {
                 let now = Instant::now();
-                if batch.len() >= max || q.closed || q.idle > 0 || now >= until {
+                if batch.len() >= max || q.closed || q.idle > 0 || until.is_some_and(|u| now >= u) {
                     break;
                 }
-                q = shared
-                    .gather
-                    .wait_timeout(q, until - now)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
+                q = match until {
+                    Some(u) => {
+                        let waited = shared.gather.wait_timeout(q, u - now);
+                        waited.unwrap_or_else(PoisonError::into_inner).0
+                    }
+                    None => shared
+                        .gather
+                        .wait(q)
+                        .unwrap_or_else(PoisonError::into_inner),
+                };
                 q.take_fitting(&mut batch, max);
             }
             q.gathering -= 1;
@@ -102,15 +120,38 @@ pub(super) fn work<M: Servable>(shared: &Shared<M>) {
             shared.work.notify_one();
         }
         drop(q);
-        run_batch(shared, batch, &mut span);
+        handle(shared, &batch, &mut span);
+        // Every request is answered by now; dropped here, off the lock.
+        drop(batch);
+        #[cfg(test)]
+        shared.test_hook_after_batch();
         q = shared.lock();
         rested = false;
     }
 }
 
+/// Runs one batch with every panic caught: a panic anywhere in its
+/// handling (not only in the forward: a metrics recorder, the trace)
+/// answers its requests not answered yet [`BatchError::Panicked`], and the
+/// worker goes on.
+fn handle<M: Servable>(shared: &Shared<M>, batch: &[Request], span: &mut Record) {
+    let Err(payload) = catch_unwind(AssertUnwindSafe(|| run_batch(shared, batch, span))) else {
+        return;
+    };
+    let msg = panics::message(&*payload);
+    panics::discard(payload);
+    let mut failed = 0;
+    for r in batch {
+        if !r.slot.is_gone() && r.slot.answer(Err(BatchError::Panicked(msg.clone()))) {
+            failed += 1;
+        }
+    }
+    shared.count(&shared.counts.failed, failed);
+}
+
 /// Removes the expired and cancelled requests, then computes the rest
 /// together (or one by one if that fails) and answers each.
-fn run_batch<M: Servable>(shared: &Shared<M>, batch: Vec<Request>, span: &mut Record) {
+fn run_batch<M: Servable>(shared: &Shared<M>, batch: &[Request], span: &mut Record) {
     let now = Instant::now();
     let (mut expired, mut cancelled) = (Vec::new(), 0);
     let mut live = Vec::with_capacity(batch.len());
@@ -151,8 +192,8 @@ fn run_batch<M: Servable>(shared: &Shared<M>, batch: Vec<Request>, span: &mut Re
         let Ok(g) = span.enter();
         g
     });
-    if live.len() == 1 {
-        run_alone(shared, &live[0]);
+    if let [alone] = live[..] {
+        run_alone(shared, alone);
         return;
     }
     match run_together(shared, &live) {
@@ -167,7 +208,7 @@ fn run_batch<M: Servable>(shared: &Shared<M>, batch: Vec<Request>, span: &mut Re
             let now = Instant::now();
             let deadline_passed = matches!(&e, BatchError::Failed(s) if s.is_ended())
                 && live.iter().all(|r| r.expired(now));
-            for r in &live {
+            for &r in &live {
                 if deadline_passed {
                     // The batch ran to its latest deadline: every
                     // request's own run would end as it did.
@@ -214,13 +255,21 @@ fn run_alone<M: Servable>(shared: &Shared<M>, r: &Request) {
 /// request with the latest deadline; the outputs split back per request.
 fn run_together<M: Servable>(
     shared: &Shared<M>,
-    live: &[Request],
+    live: &[&Request],
 ) -> Result<Vec<Vec<Tensor>>, BatchError> {
-    let rows: Vec<i64> = live
+    let rows: Vec<i64> = live.iter().map(|r| r.rows()).collect();
+    // `take_fitting` keeps the sum in range; checked all the same, as a
+    // failed batch (its requests then run alone), never an overflow.
+    let total = rows
         .iter()
-        .map(|r| r.shape.as_ref().map_or(0, |s| s.rows))
-        .collect();
-    let total: i64 = rows.iter().sum();
+        .try_fold(0i64, |n, &r| n.checked_add(r))
+        .ok_or_else(|| {
+            BatchError::Failed(ScopeError::new(
+                "batch",
+                None,
+                "the batch's rows along dim 0 overflow an i64",
+            ))
+        })?;
     let lead = live
         .iter()
         .max_by_key(|r| (r.deadline.is_none(), r.deadline))
@@ -270,11 +319,8 @@ fn run_together<M: Servable>(
 /// `f`'s value, or its panic as [`BatchError::Panicked`].
 fn guarded<T>(f: impl FnOnce() -> Result<T, BatchError>) -> Result<T, BatchError> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        let msg = p
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic with a non-string payload".to_owned());
+        let msg = panics::message(&*p);
+        panics::discard(p);
         Err(BatchError::Panicked(msg))
     })
 }
