@@ -18,6 +18,8 @@ use tch_scope::{Scope, TensorMemory};
 mod gradcheck_layouts;
 #[path = "autograd/recompute_inputs.rs"]
 mod recompute_inputs;
+#[path = "autograd/single_output.rs"]
+mod single_output;
 
 const DATA: &str = include_str!("data/autograd.json");
 
@@ -187,7 +189,7 @@ impl Function for Cube {
 fn relu_by_hand_matches_pytorch() {
     let d = data("relu");
     let x = leaf(&d["x"], &d["shape"]);
-    let y = Relu.apply(&[&x]).remove(0);
+    let y = Relu.apply1(&[&x]);
     assert!(y.requires_grad());
     assert_close(&y, &d["y"]);
     weighted(&y, &tensor(&d["w"], &d["shape"])).backward();
@@ -198,7 +200,7 @@ fn relu_by_hand_matches_pytorch() {
 fn mul_constant_matches_pytorch() {
     let d = data("mul_constant");
     let x = leaf(&d["x"], &d["shape"]);
-    let y = MulConstant(d["c"].as_f64().unwrap()).apply(&[&x]).remove(0);
+    let y = MulConstant(d["c"].as_f64().unwrap()).apply1(&[&x]);
     assert_close(&y, &d["y"]);
     weighted(&y, &tensor(&d["w"], &d["shape"])).backward();
     assert_close(&x.grad(), &d["grad_x"]);
@@ -209,7 +211,7 @@ fn two_inputs_one_needing_no_grad_match_pytorch() {
     let d = data("two_inputs");
     let a = leaf(&d["a"], &d["shape"]);
     let b = tensor(&d["b"], &d["shape"]);
-    let y = MulAdd.apply(&[&a, &b]).remove(0);
+    let y = MulAdd.apply1(&[&a, &b]);
     assert_close(&y, &d["y"]);
     weighted(&y, &tensor(&d["w"], &d["shape"])).backward();
     assert_close(&a.grad(), &d["grad_a"]);
@@ -246,7 +248,7 @@ fn in_place_with_mark_dirty_matches_pytorch() {
     let d = data("mark_dirty");
     let x = leaf(&d["x"], &d["shape"]);
     let x1 = &x * 1.0;
-    let y = MulInplace.apply(&[&x1]).remove(0);
+    let y = MulInplace.apply1(&[&x1]);
     assert_close(&y, &d["y"]);
     assert_close(&x1, &d["y"]); // modified in place
     assert_eq!(
@@ -268,7 +270,7 @@ fn mark_dirty_on_a_leaf_that_requires_grad_is_an_error() {
 fn double_backward_matches_pytorch() {
     let d = data("double_backward");
     let x = leaf(&d["x"], &d["shape"]);
-    let y = Cube.apply(&[&x]).remove(0);
+    let y = Cube.apply1(&[&x]);
     assert_close(&y, &d["y"]);
     let first = Tensor::run_backward(&[y.sum(Kind::Double)], &[&x], true, true).remove(0);
     assert!(first.requires_grad(), "backward's own graph (create_graph)");
@@ -336,11 +338,9 @@ fn absent_gradients_are_zeros_unless_materializing_is_off() {
 #[test]
 fn without_grad_mode_outputs_have_no_graph() {
     let x = Tensor::ones([2], (Kind::Double, Device::Cpu)).set_requires_grad(true);
-    let y = tch_scope::scoped!(no_grad => MulConstant(2.0).apply(&[&x]).remove(0));
+    let y = tch_scope::scoped!(no_grad => MulConstant(2.0).apply1(&[&x]));
     assert!(!y.requires_grad());
-    let z = MulConstant(2.0)
-        .apply(&[&Tensor::ones([2], (Kind::Double, Device::Cpu))])
-        .remove(0);
+    let z = MulConstant(2.0).apply1(&[&Tensor::ones([2], (Kind::Double, Device::Cpu))]);
     assert!(!z.requires_grad());
 }
 
@@ -373,7 +373,7 @@ impl Function for Saves {
 fn saved_values_live_until_the_node_is_freed() {
     let drops = Arc::new(AtomicUsize::new(0));
     let x = Tensor::ones([2], (Kind::Double, Device::Cpu)).set_requires_grad(true);
-    let y = Saves(drops.clone()).apply(&[&x]).remove(0);
+    let y = Saves(drops.clone()).apply1(&[&x]);
     let loss = y.sum(Kind::Double);
     loss.backward();
     assert_eq!(drops.load(Ordering::SeqCst), 0, "still held by y's node");
@@ -415,7 +415,7 @@ fn wrong_gradients_from_backward_are_clear_errors() {
         ("panic", &["panicked", "backward exploded on purpose"][..]),
     ] {
         let x = Tensor::ones([3], (Kind::Double, Device::Cpu)).set_requires_grad(true);
-        let y = Bad(kind).apply(&[&x]).remove(0);
+        let y = Bad(kind).apply1(&[&x]);
         let e = y.sum(Kind::Double).f_backward().unwrap_err().to_string();
         assert!(
             e.contains("autograd::Bad"),
@@ -436,11 +436,11 @@ fn wrong_gradients_from_backward_are_clear_errors() {
 #[test]
 fn a_panicking_backward_leaves_autograd_usable() {
     let x = Tensor::ones([3], (Kind::Double, Device::Cpu)).set_requires_grad(true);
-    let y = Bad("panic").apply(&[&x]).remove(0);
+    let y = Bad("panic").apply1(&[&x]);
     let e = y.sum(Kind::Double).f_backward().unwrap_err().to_string();
     assert!(e.contains("backward exploded on purpose"), "{e}");
     // tch's backward() panics with the message.
-    let y = Bad("panic").apply(&[&x]).remove(0);
+    let y = Bad("panic").apply1(&[&x]);
     let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         y.sum(Kind::Double).backward()
     }))
@@ -448,7 +448,7 @@ fn a_panicking_backward_leaves_autograd_usable() {
     let msg = p.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("backward exploded on purpose"), "{msg}");
     // And autograd goes on.
-    let z = MulConstant(4.0).apply(&[&x]).remove(0);
+    let z = MulConstant(4.0).apply1(&[&x]);
     z.sum(Kind::Double).backward();
     assert_eq!(Vec::<f64>::try_from(x.grad()).unwrap(), [4.0; 3]);
 }
@@ -490,7 +490,7 @@ fn a_panicking_forward_panics_from_apply_and_errs_from_f_apply() {
 fn backward_on_another_thread() {
     let d = data("relu");
     let x = leaf(&d["x"], &d["shape"]);
-    let y = Relu.apply(&[&x]).remove(0);
+    let y = Relu.apply1(&[&x]);
     let loss = weighted(&y, &tensor(&d["w"], &d["shape"]));
     std::thread::spawn(move || loss.backward()).join().unwrap();
     assert_close(&x.grad(), &d["grad_x"]);
@@ -506,11 +506,11 @@ fn four_threads_apply_custom_functions_at_once() {
             std::thread::spawn(move || {
                 for _ in 0..50 {
                     let x = leaf(&relu["x"], &relu["shape"]);
-                    let y = Relu.apply(&[&x]).remove(0);
+                    let y = Relu.apply1(&[&x]);
                     weighted(&y, &tensor(&relu["w"], &relu["shape"])).backward();
                     assert_close(&x.grad(), &relu["grad_x"]);
                     let x = leaf(&cube["x"], &cube["shape"]);
-                    let y = Cube.apply(&[&x]).remove(0);
+                    let y = Cube.apply1(&[&x]);
                     let g =
                         Tensor::run_backward(&[y.sum(Kind::Double)], &[&x], true, true).remove(0);
                     g.sum(Kind::Double).backward();
@@ -820,7 +820,7 @@ fn backward_scopes_re_enter_the_forwards_autocast_only_when_asked() {
             keep,
             seen: Arc::clone(&seen),
         };
-        let y = tch_scope::scoped!(autocast(cpu, bf16) => f.apply(&[&x]).remove(0));
+        let y = tch_scope::scoped!(autocast(cpu, bf16) => f.apply1(&[&x]));
         // Backward runs after the scope has ended.
         assert_eq!(
             tch_scope::autocast_dtype(tch_scope::AutocastDevice::Cpu),

@@ -103,12 +103,12 @@ fn verdict(name: &str, x: &Tensor) -> (String, String) {
         match name {
             "sin" => Sin.apply(i),
             "sin_zeros" => SinZeros.apply(i),
-            "sin_then_transposed" => vec![Sin.apply(i).remove(0).tr()],
-            "sin_zeros_then_transposed" => vec![SinZeros.apply(i).remove(0).tr()],
-            "sin_then_step_sliced" => vec![Sin.apply(i).remove(0).slice(1, 0, None, 2)],
-            "sin_then_narrowed" => vec![Sin.apply(i).remove(0).narrow(0, 1, 1)],
+            "sin_then_transposed" => vec![Sin.apply1(i).tr()],
+            "sin_zeros_then_transposed" => vec![SinZeros.apply1(i).tr()],
+            "sin_then_step_sliced" => vec![Sin.apply1(i).slice(1, 0, None, 2)],
+            "sin_then_narrowed" => vec![Sin.apply1(i).narrow(0, 1, 1)],
             "sin_then_expanded" => {
-                let y = Sin.apply(i).remove(0);
+                let y = Sin.apply1(i);
                 let mut shape = vec![2];
                 shape.extend(y.size());
                 vec![y.unsqueeze(0).expand(shape, false)]

@@ -20,7 +20,7 @@
 //! }
 //!
 //! let x = Tensor::ones([3], (Kind::Double, Device::Cpu)).set_requires_grad(true);
-//! let y = MulConstant(2.5).apply(&[&x]).remove(0);
+//! let y = MulConstant(2.5).apply1(&[&x]); // `apply`: every output, a `Vec`
 //! y.sum(Kind::Double).backward();
 //! assert_eq!(Vec::<f64>::try_from(x.grad()).unwrap(), [2.5, 2.5, 2.5]);
 //! ```
@@ -40,10 +40,14 @@
 //!   input's shape, as libtorch does.
 //! - `backward` may use differentiable operations: with `create_graph` its
 //!   result has a graph of its own (double backward).
-//! - A panic in `forward`: [`Function::apply`] panics with it,
-//!   [`Function::f_apply`] returns `Err`. A panic in `backward` never
-//!   unwinds into libtorch: it becomes the error of `f_backward()` (tch's
-//!   `backward()` panics with its message) and autograd stays usable.
+//! - [`Function::apply`] returns every output; [`Function::apply1`] the
+//!   one output of a function that has one (no output or several: an
+//!   error naming the function).
+//! - A panic in `forward`: [`Function::apply`] and [`Function::apply1`]
+//!   panic with it, [`Function::f_apply`] and [`Function::f_apply1`]
+//!   return `Err`. A panic in `backward` never unwinds into libtorch: it
+//!   becomes the error of `f_backward()` (tch's `backward()` panics with
+//!   its message) and autograd stays usable.
 //! - `backward` may run on another thread (the engine's device threads on
 //!   CUDA): functions are `Send + Sync`, and may be applied from many
 //!   threads at once.
@@ -66,7 +70,7 @@ use ctx::InputMeta;
 pub use gradcheck::{GradcheckError, gradcheck};
 pub use recompute::{f_recompute, recompute};
 
-use crate::Scope;
+use crate::{Scope, ScopeError};
 
 #[doc(hidden)]
 pub use tch as __tch;
@@ -115,6 +119,47 @@ pub trait Function: Send + Sync + 'static {
         }
     }
 
+    /// Applies a function of one output and returns that output:
+    /// `let y = MulConstant(2.5).apply1(&[&x]);`, as PyTorch's
+    /// `Function.apply` returns the tensor itself when `forward` returns
+    /// one. Bitwise what [`apply`](Self::apply) returns, without the `Vec`.
+    ///
+    /// # Panics
+    /// As [`apply`](Self::apply) does, and with
+    /// [`f_apply1`](Self::f_apply1)'s message when `forward` returned no
+    /// output or several.
+    fn apply1(self, inputs: &[&Tensor]) -> Tensor
+    where
+        Self: Sized,
+    {
+        let outputs = self.apply(inputs);
+        single::<Self>(outputs, inputs).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Applies a function of one output and returns that output, or why
+    /// not.
+    ///
+    /// # Errors
+    /// A [`ScopeError`] of [stage](crate::Stage) `Run` naming the function
+    /// (its Rust type name) and the first input's device: "cannot run
+    /// `my_crate::Split` on cpu: its forward returned 2 outputs; `apply1`
+    /// takes exactly one (`apply` returns them all)", or with libtorch's
+    /// refusal, or with `forward`'s panic message.
+    fn f_apply1(self, inputs: &[&Tensor]) -> Result<Tensor, ScopeError>
+    where
+        Self: Sized,
+    {
+        let outputs = apply_impl(self, inputs).map_err(|e| {
+            let reason = match e {
+                Failure::Torch(TchError::Torch(msg)) => msg,
+                Failure::Torch(e) => e.to_string(),
+                Failure::Panic(p) => format!("its forward panicked: {}", panic_message(&*p)),
+            };
+            run_error::<Self>(inputs, reason)
+        })?;
+        single::<Self>(outputs, inputs)
+    }
+
     /// Applies the function, returning libtorch's error, or a panic of
     /// `forward` as an error with its message.
     ///
@@ -133,6 +178,25 @@ pub trait Function: Send + Sync + 'static {
             )),
         })
     }
+}
+
+/// `apply1`'s one output, or an error naming `F`.
+fn single<F>(mut outputs: Vec<Tensor>, inputs: &[&Tensor]) -> Result<Tensor, ScopeError> {
+    match outputs.len() {
+        1 => Ok(outputs.remove(0)),
+        n => Err(run_error::<F>(
+            inputs,
+            format!(
+                "its forward returned {n} outputs; `apply1` takes exactly one (`apply` returns them all)"
+            ),
+        )),
+    }
+}
+
+/// An error of applying `F`, on its first input's device.
+fn run_error<F>(inputs: &[&Tensor], reason: String) -> ScopeError {
+    let device = inputs.iter().find(|t| t.defined()).map(|t| t.device());
+    ScopeError::run(type_name::<F>(), device, reason)
 }
 
 enum Failure {
