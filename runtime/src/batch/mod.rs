@@ -299,7 +299,12 @@ impl<M: Servable + Send + Sync + 'static> Batcher<M> {
 
     /// Submits `inputs` to be computed in `ctx`, by `deadline` (the earlier
     /// of it and the context's own deadline counts): past it, the request
-    /// is answered [`BatchError::Expired`] without being computed.
+    /// is answered [`BatchError::Expired`] without being computed. With
+    /// grad mode on in `ctx` (and inference mode off) it runs alone.
+    ///
+    /// Refused at once, uncomputed (the ticket is ready when this returns):
+    /// [`BatchError::QueueFull`] when [`max_queue`](BatchOptions::max_queue)
+    /// requests are waiting, [`BatchError::Closed`] when no worker is left.
     pub fn submit_in(
         &self,
         ctx: Context,
