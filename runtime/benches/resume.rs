@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use tch::nn::{self, Module, VarStore};
 use tch::{Device, Kind, Tensor};
-use tch_scope::optim::Adam;
+use tch_scope::optim::{Adam, Optimizer};
 use tch_scope::{scoped, steps};
 
 fn env(name: &str, default: i64) -> i64 {
@@ -104,16 +104,33 @@ fn main() {
         scoped!(checkpoint(s.vs, &path, optimizer = s.opt) => {});
         t.elapsed().as_secs_f64()
     };
+    // The copy a boundary makes, alone: the weights into buffers made once
+    // and the optimizer's state into its earlier copy.
+    let copy_once = || {
+        let _no_grad = tch::no_grad_guard();
+        let vars: Vec<Tensor> = s.vs.trainable_variables();
+        let mut bufs: Vec<Tensor> = vars.iter().map(Tensor::detach_copy).collect();
+        let mut opt_bufs = s.opt.state();
+        let t = Instant::now();
+        for _ in 0..10 {
+            for (b, v) in bufs.iter_mut().zip(&vars) {
+                b.copy_(v);
+            }
+            s.opt.state_into(&mut opt_bufs);
+        }
+        t.elapsed().as_secs_f64() / 10.0
+    };
     // Rounds of every variant in turn, the fastest of each kept: the
     // machine's other load shows up as noise in all of them alike.
     let rounds = env("RESUME_ROUNDS", if sized { 5 } else { 1 });
-    let (mut plain, mut boundaries, mut background, mut save) =
-        (f64::MAX, f64::MAX, f64::MAX, f64::MAX);
+    let (mut plain, mut boundaries, mut background, mut save, mut copy) =
+        (f64::MAX, f64::MAX, f64::MAX, f64::MAX, f64::MAX);
     for _ in 0..rounds {
         plain = plain.min(plain_once());
         boundaries = boundaries.min(in_scope(None));
         background = background.min(in_scope(Some(10)));
         save = save.min(save_once());
+        copy = copy.min(copy_once());
     }
     let sync = plain + save / 10.0;
     let _ = std::fs::remove_file(&path);
@@ -125,10 +142,11 @@ fn main() {
             .sum();
     println!(
         "{{\"width\":{width},\"layers\":{layers},\"batch\":{batch},\"steps\":{n},\"params\":{params},\
-         \"plain_ms\":{:.3},\"boundaries_ms\":{:.3},\"every10_background_ms\":{:.3},\
+         \"plain_ms\":{:.3},\"copy_ms\":{:.3},\"boundaries_ms\":{:.3},\"every10_background_ms\":{:.3},\
          \"save_ms\":{:.3},\"every10_sync_ms\":{:.3},\"background_ratio\":{:.3},\"sync_ratio\":{:.3},\
          \"save_in_steps\":{:.1}}}",
         plain * 1e3,
+        copy * 1e3,
         boundaries * 1e3,
         background * 1e3,
         save * 1e3,

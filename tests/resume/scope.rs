@@ -323,3 +323,27 @@ fn steps_belong_to_the_innermost_checkpoint_and_count_on_across_loops() {
         std::fs::remove_file(p).unwrap();
     }
 }
+
+#[test]
+fn state_into_rewrites_an_earlier_state_in_place_and_equals_state() {
+    let m = model();
+    for _ in 0..2 {
+        train_step(&m);
+    }
+    let mut buffers = m.opt.state();
+    let before: Vec<usize> = buffers.iter().map(|(_, t)| t.data_ptr() as usize).collect();
+    train_step(&m);
+    m.opt.state_into(&mut buffers);
+    let fresh = m.opt.state();
+    assert_eq!(buffers.len(), fresh.len());
+    for ((n, t), (m_, f)) in buffers.iter().zip(&fresh) {
+        assert_eq!(n, m_);
+        assert!(t.equal(f), "{n}");
+    }
+    let after: Vec<usize> = buffers.iter().map(|(_, t)| t.data_ptr() as usize).collect();
+    assert_eq!(before, after, "the same tensors, rewritten");
+    // Into a state of another shape (here: none), it is made anew.
+    let mut empty = vec![];
+    m.opt.state_into(&mut empty);
+    assert_eq!(empty.len(), fresh.len());
+}

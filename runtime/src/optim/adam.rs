@@ -119,10 +119,14 @@ impl Core {
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
+        self.state_reusing(Vec::new())
+    }
+
+    fn state_reusing(&self, old: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
         let _no_grad = NoGrad.enter();
         let inner = self.lock();
         let o = inner.options;
-        let mut out = StateOut::new(self.name);
+        let mut out = StateOut::reusing(self.name, old);
         out.option("lr", o.lr);
         out.option("beta1", o.beta1);
         out.option("beta2", o.beta2);
@@ -367,6 +371,9 @@ macro_rules! adam_like {
             }
             fn state(&self) -> Vec<(String, Tensor)> {
                 self.0.state()
+            }
+            fn state_into(&self, into: &mut Vec<(String, Tensor)>) {
+                *into = self.0.state_reusing(std::mem::take(into));
             }
             fn load_state(&self, state: &[(String, Tensor)]) -> Result<(), ScopeError> {
                 self.0.load_state(state)

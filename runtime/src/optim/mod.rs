@@ -107,6 +107,16 @@ pub trait Optimizer {
     /// `VarStore`.
     fn state(&self) -> Vec<(String, Tensor)>;
 
+    /// [`state`](Self::state) written into `into`, reusing its tensors: an
+    /// entry whose name, shape and dtype match the one made at its place is
+    /// overwritten in place, others are made anew, so `into` ends equal to
+    /// what `state` gives. What a checkpoint calls at every step boundary,
+    /// where fresh copies would cost an allocation (and its page faults)
+    /// per buffer and step. The default calls `state`.
+    fn state_into(&self, into: &mut Vec<(String, Tensor)>) {
+        *into = self.state();
+    }
+
     /// Loads a state that [`state`](Self::state) gave, bitwise.
     ///
     /// # Errors

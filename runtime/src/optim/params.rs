@@ -83,35 +83,52 @@ pub(crate) fn op_error(
 }
 
 /// A state being built: `<optimizer>.<buffer>.<parameter>` and
-/// `<optimizer>.option.<name>` entries, each a copy.
+/// `<optimizer>.option.<name>` entries, each a copy — into the tensors of
+/// an earlier state where they line up (see `Optimizer::state_into`).
 pub(crate) struct StateOut {
     prefix: &'static str,
     pub entries: Vec<(String, Tensor)>,
+    /// An earlier state's entries, reused in order.
+    old: std::vec::IntoIter<(String, Tensor)>,
 }
 
 impl StateOut {
-    pub fn new(prefix: &'static str) -> Self {
+    /// Builds into `old`'s tensors where names, shapes and kinds match.
+    pub fn reusing(prefix: &'static str, old: Vec<(String, Tensor)>) -> Self {
         Self {
             prefix,
-            entries: Vec::new(),
+            entries: Vec::with_capacity(old.len()),
+            old: old.into_iter(),
         }
     }
 
+    /// `src` copied into the next old entry if it is `name`'s and fits,
+    /// else a fresh copy.
+    fn push(&mut self, name: String, src: &Tensor) {
+        let reused = self.old.next().and_then(|(old_name, mut t)| {
+            let fits = old_name == name && t.size() == src.size() && t.kind() == src.kind();
+            (fits && t.f_copy_(src).is_ok()).then_some(t)
+        });
+        let t = reused.unwrap_or_else(|| src.copy());
+        self.entries.push((name, t));
+    }
+
     pub fn option(&mut self, name: &str, value: f64) {
-        self.entries.push((
+        self.push(
             format!("{}.option.{name}", self.prefix),
-            Tensor::from(value),
-        ));
+            &Tensor::from(value),
+        );
     }
 
     pub fn buffer(&mut self, buffer: &str, param: &str, t: &Tensor) {
-        self.entries
-            .push((format!("{}.{buffer}.{param}", self.prefix), t.copy()));
+        self.push(format!("{}.{buffer}.{param}", self.prefix), t);
     }
 
     pub fn count(&mut self, buffer: &str, param: &str, n: i64) {
-        self.entries
-            .push((format!("{}.{buffer}.{param}", self.prefix), Tensor::from(n)));
+        self.push(
+            format!("{}.{buffer}.{param}", self.prefix),
+            &Tensor::from(n),
+        );
     }
 }
 

@@ -260,22 +260,11 @@ impl Optimizer for Sgd {
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
-        let _no_grad = NoGrad.enter();
-        let inner = self.lock();
-        let o = inner.options;
-        let mut out = StateOut::new("Sgd");
-        out.option("lr", o.lr);
-        out.option("momentum", o.momentum);
-        out.option("dampening", o.dampening);
-        out.option("weight_decay", o.weight_decay);
-        out.option("nesterov", f64::from(u8::from(o.nesterov)));
-        out.count("taken", "steps", inner.taken);
-        for (name, b) in self.params.names.iter().zip(&inner.buffers) {
-            if let Some(b) = b {
-                out.buffer("momentum_buffer", name, b);
-            }
-        }
-        out.entries
+        self.state_reusing(Vec::new())
+    }
+
+    fn state_into(&self, into: &mut Vec<(String, Tensor)>) {
+        *into = self.state_reusing(std::mem::take(into));
     }
 
     fn load_state(&self, state: &[(String, Tensor)]) -> Result<(), ScopeError> {
@@ -303,5 +292,27 @@ impl Optimizer for Sgd {
             taken,
         };
         Ok(())
+    }
+}
+
+impl Sgd {
+    /// The state, built into `old`'s tensors where they line up.
+    fn state_reusing(&self, old: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+        let _no_grad = NoGrad.enter();
+        let inner = self.lock();
+        let o = inner.options;
+        let mut out = StateOut::reusing("Sgd", old);
+        out.option("lr", o.lr);
+        out.option("momentum", o.momentum);
+        out.option("dampening", o.dampening);
+        out.option("weight_decay", o.weight_decay);
+        out.option("nesterov", f64::from(u8::from(o.nesterov)));
+        out.count("taken", "steps", inner.taken);
+        for (name, b) in self.params.names.iter().zip(&inner.buffers) {
+            if let Some(b) = b {
+                out.buffer("momentum_buffer", name, b);
+            }
+        }
+        out.entries
     }
 }

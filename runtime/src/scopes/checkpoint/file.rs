@@ -50,7 +50,7 @@ pub(super) fn named_variables(vs: &VarStore) -> Vec<(String, Tensor)> {
 pub(super) fn save(
     path: &Path,
     turn: &Turn,
-    tensors: &[(String, Tensor)],
+    tensors: &[(&str, &Tensor)],
     log: &Metrics,
 ) -> Result<Replaced, String> {
     let metrics = log
@@ -63,8 +63,8 @@ pub(super) fn save(
         .collect::<Result<Vec<_>, _>>()?;
     let named: Vec<(&str, &Tensor)> = tensors
         .iter()
-        .chain(&metrics)
-        .map(|(name, t)| (name.as_str(), t))
+        .copied()
+        .chain(metrics.iter().map(|(name, t)| (name.as_str(), t)))
         .collect();
     let safetensors = is_safetensors(path);
     durable::replace_in_turn(path, turn, |tmp| {

@@ -76,8 +76,13 @@ impl std::fmt::Debug for CheckpointGuard<'_> {
 // step boundaries are reached only from the thread it is open on.
 unsafe impl crate::process_wide::MovesWithTask for CheckpointGuard<'_> {}
 
-/// A save's tensors (weights, then the training state) and metric log.
-type Contents = (Vec<(String, tch::Tensor)>, Metrics);
+/// What an exit saves: the last step boundary, or the live state (the
+/// weights and the training state, named for the file), with the metric
+/// log.
+enum Contents {
+    Boundary(Snapshot, Metrics),
+    Live(Vec<(String, tch::Tensor)>, Metrics),
+}
 
 impl CheckpointGuard<'_> {
     /// Whether the scope is being left by a failure (see
@@ -104,14 +109,14 @@ impl CheckpointGuard<'_> {
         if inside {
             return Ok(last.map(|s| {
                 let metrics = log.truncated(&s.metrics);
-                (s.tensors, metrics)
+                Contents::Boundary(s, metrics)
             }));
         }
         let _unchecked = DeadlineExcluded::new();
         let mut tensors = named_variables(self.vs);
         let optimizer = self.optimizer.map(|o| o.0);
         tensors.extend(state::capture(step, optimizer, self.state)?);
-        Ok(Some((tensors, log.clone())))
+        Ok(Some(Contents::Live(tensors, log.clone())))
     }
 }
 
@@ -146,7 +151,12 @@ impl CheckpointGuard<'_> {
         // abort the process while a panic unwinds).
         let _unchecked = DeadlineExcluded::new();
         let saved = self.what_to_save().and_then(|what| match what {
-            Some((tensors, log)) => save(&self.path, &turn, &tensors, &log),
+            Some(Contents::Boundary(snapshot, log)) => snapshot.save(&self.path, &turn, &log),
+            Some(Contents::Live(tensors, log)) => {
+                let named: Vec<(&str, &tch::Tensor)> =
+                    tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+                save(&self.path, &turn, &named, &log)
+            }
             None => Ok(Replaced::Written),
         });
         match saved {

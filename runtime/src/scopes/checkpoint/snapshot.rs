@@ -188,7 +188,9 @@ impl Boundaries {
     }
 }
 
-/// Copies the live state at `step` into `buffers` (or new ones).
+/// Copies the live state at `step` into `buffers` (or new ones): the
+/// weights with `copy_`, the optimizer's state with `state_into`, both
+/// into the tensors of an earlier boundary.
 fn take(
     live: &Live,
     step: i64,
@@ -198,30 +200,36 @@ fn take(
     let _no_grad = crate::NoGrad.enter().map_err(|e| e.to_string())?;
     // A copy of a whole step: a passed deadline must not cut it short.
     let _unchecked = DeadlineExcluded::new();
-    let reuse = buffers.filter(|b| b.weights == live.weights.len());
-    let mut tensors = Vec::with_capacity(live.weights.len() + 8);
-    match reuse {
-        Some(mut b) => {
-            b.tensors.truncate(b.weights);
-            for ((_, dst), (_, src)) in b.tensors.iter_mut().zip(&live.weights) {
-                dst.f_copy_(src).map_err(|e| e.to_string())?;
-            }
-            tensors = b.tensors;
+    let (mut tensors, mut optimizer) = match buffers {
+        Some(b) if b.weights == live.weights.len() => (b.tensors, b.optimizer),
+        Some(b) => (Vec::new(), b.optimizer),
+        None => (Vec::new(), Vec::new()),
+    };
+    if tensors.len() >= live.weights.len() {
+        tensors.truncate(live.weights.len());
+        for ((_, dst), (_, src)) in tensors.iter_mut().zip(&live.weights) {
+            dst.f_copy_(src).map_err(|e| e.to_string())?;
         }
-        None => {
-            for (name, src) in &live.weights {
-                let copy = src.f_detach_copy().map_err(|e| e.to_string())?;
-                tensors.push((name.clone(), copy));
-            }
+    } else {
+        tensors.clear();
+        for (name, src) in &live.weights {
+            let copy = src.f_detach_copy().map_err(|e| e.to_string())?;
+            tensors.push((name.clone(), copy));
         }
     }
-    let optimizer = live.optimizer.as_ref().map(|o| o.get() as &dyn Optimizer);
+    let step_tensor = Tensor::f_from_slice(&[step]).map_err(|e| e.to_string())?;
+    tensors.push((state::STEP.to_owned(), step_tensor));
+    match &live.optimizer {
+        Some(o) => o.get().state_into(&mut optimizer),
+        None => optimizer.clear(),
+    }
     let user = live.user.as_ref().map(Borrowed::get);
-    tensors.extend(state::capture(step, optimizer, user)?);
+    tensors.extend(state::capture_rest(user)?);
     Ok(Snapshot {
         step,
         weights: live.weights.len(),
         tensors,
+        optimizer,
         metrics: log.lengths(),
     })
 }

@@ -203,6 +203,14 @@ pub(super) fn capture(
                 .map(|(n, t)| (format!("{OPTIMIZER}{n}"), t)),
         );
     }
+    out.extend(capture_rest(user)?);
+    Ok(out)
+}
+
+/// The generators' states and the run state (what a boundary copies
+/// beside the weights, the step and the optimizer).
+pub(super) fn capture_rest(user: Option<&dyn Persist>) -> Result<Vec<(String, Tensor)>, String> {
+    let mut out = Vec::new();
     for (device, t) in rng::generator_states()? {
         out.push((rng_name(device), t));
     }

@@ -3,11 +3,12 @@
 //! most one write is in flight; the next periodic save, and the exit save,
 //! wait for it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use super::file::save;
+use super::state::OPTIMIZER;
 use tch::Tensor;
 
 use super::log::Metrics;
@@ -21,10 +22,33 @@ pub(super) struct Snapshot {
     /// The weights (copies, in buffers reused from boundary to boundary),
     /// then the optimizer's state, the step, the generators, the run state.
     pub tensors: Vec<(String, Tensor)>,
+    /// The optimizer's state (its own names), rewritten in place at each
+    /// boundary (`Optimizer::state_into`).
+    pub optimizer: Vec<(String, Tensor)>,
     /// The number of weights at the front of `tensors`.
     pub weights: usize,
     /// The metric log's lengths then.
     pub metrics: Vec<(String, usize)>,
+}
+
+impl Snapshot {
+    /// Writes the snapshot and `log` to `path` in `turn`.
+    pub(super) fn save(&self, path: &Path, turn: &Turn, log: &Metrics) -> Result<Replaced, String> {
+        let names: Vec<String> = self
+            .optimizer
+            .iter()
+            .map(|(n, _)| format!("{OPTIMIZER}{n}"))
+            .collect();
+        let named: Vec<(&str, &Tensor)> = (self.tensors.iter().map(|(n, t)| (n.as_str(), t)))
+            .chain(
+                names
+                    .iter()
+                    .map(String::as_str)
+                    .zip(self.optimizer.iter().map(|(_, t)| t)),
+            )
+            .collect();
+        save(path, turn, &named, log)
+    }
 }
 
 /// A write's end: the snapshot's buffers back, and whether it was saved.
@@ -103,8 +127,8 @@ impl Writer {
 
 /// Writes one boundary; a failure is told to the exit hook (the previous
 /// file stays; training goes on).
-fn write(path: &std::path::Path, turn: &Turn, snapshot: &Snapshot, log: &Metrics) -> bool {
-    match save(path, turn, &snapshot.tensors, log) {
+fn write(path: &Path, turn: &Turn, snapshot: &Snapshot, log: &Metrics) -> bool {
+    match snapshot.save(path, turn, log) {
         Ok(Replaced::Written | Replaced::Superseded) => true,
         Ok(Replaced::Unsynced(why)) => {
             durable::unsynced("checkpoint", path, &why);
