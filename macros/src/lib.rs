@@ -147,7 +147,8 @@ pub fn distributed(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// Runs every call with all default generators seeded with `n`, and puts
-/// their states back when the call returns: `#[seed(42)]`.
+/// their states back when the call returns: `#[seed(42)]`. `n` is any
+/// integer of at most 64 bits, seeded as `torch.manual_seed(n)` seeds it.
 #[proc_macro_attribute]
 pub fn seed(args: TokenStream, item: TokenStream) -> TokenStream {
     attr::attribute(Attr::Word("seed"), args.into(), item.into()).into()

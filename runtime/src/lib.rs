@@ -229,7 +229,7 @@ pub use scopes::checkpoint::{
 };
 pub use scopes::deterministic::{Deterministic, DeterministicGuard, deterministic_mode};
 pub use scopes::profile::{Profile, ProfileGuard, Record, RecordGuard};
-pub use scopes::rng::{ForkDevices, ForkRng, RngGuard, Seed};
+pub use scopes::rng::{ForkDevices, ForkRng, IntoSeed, RngGuard, Seed};
 pub use scopes::threads::{Threads, ThreadsGuard};
 
 pub use scopes::cudnn::{Cudnn, CudnnFlags, CudnnGuard, cudnn_flags};

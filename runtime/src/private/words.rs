@@ -132,8 +132,8 @@ pub fn gpu_memory_scope(name: &'static str, device: usize, empty_cache: bool) ->
 }
 
 #[inline(always)]
-pub fn seed(n: u64) -> Task<Seed> {
-    Task(Seed(n))
+pub fn seed(n: impl crate::IntoSeed) -> Task<Seed> {
+    Task(Seed::new(n))
 }
 
 #[inline(always)]
@@ -147,8 +147,11 @@ pub fn fork_rng_devices(devices: impl IntoIterator<Item = usize>) -> Task<crate:
 }
 
 #[inline]
-pub fn seed_devices(n: u64, devices: impl IntoIterator<Item = usize>) -> Task<crate::ForkDevices> {
-    Task(Seed(n).devices(devices))
+pub fn seed_devices(
+    n: impl crate::IntoSeed,
+    devices: impl IntoIterator<Item = usize>,
+) -> Task<crate::ForkDevices> {
+    Task(Seed::new(n).devices(devices))
 }
 
 #[inline(always)]

@@ -87,8 +87,103 @@ pub struct ForkRng;
 /// let b = scoped!(seed(42) => Tensor::rand([3], (Kind::Float, tch::Device::Cpu)));
 /// assert!(a.equal(&b));
 /// ```
+///
+/// `seed(n)` takes any primitive integer of at most 64 bits ([`IntoSeed`]):
+/// `seed(step)` with a `usize` or an `i64` step, `seed(-1)`.
 #[derive(Debug, Clone, Copy)]
 pub struct Seed(pub u64);
+
+impl Seed {
+    /// The seed `n`, of any primitive integer type of at most 64 bits, as
+    /// `torch.manual_seed(n)` takes it: a negative `n` is its two's
+    /// complement (see [`IntoSeed`]).
+    ///
+    /// ```
+    /// use tch_scope::Seed;
+    /// assert_eq!(Seed::new(-1).0, u64::MAX); // torch.initial_seed() after manual_seed(-1)
+    /// assert_eq!(Seed::new(7usize).0, 7);
+    /// ```
+    pub fn new(n: impl IntoSeed) -> Self {
+        Self(n.into_seed())
+    }
+}
+
+/// An integer that seeds the generators: every primitive integer type of
+/// at most 64 bits (`i8` … `i64`, `isize`, `u8` … `u64`, `usize`) and a
+/// reference to one, so `seed(step)` compiles whatever the type of `step`.
+///
+/// The seed is what `torch.manual_seed(n)` makes of the same number:
+/// a non-negative `n` is itself; a negative one is its two's complement as
+/// a `u64` (`-1` gives `u64::MAX`, as `torch.manual_seed(-1)` gives
+/// `torch.initial_seed() == 2**64 - 1`), so `seed(-1)` draws what
+/// `torch.manual_seed(-1)` draws. PyTorch refuses a number outside
+/// `[-2**63, 2**64 - 1]`; here `i128` and `u128` are not seeds at all (a
+/// compile error): convert with `u64::try_from(n)`. An integer literal
+/// in `seed(..)` is read as a `u64` (an `i64` when negated), not as the
+/// `i32` an untyped literal would be, so `seed(0xdead_beef)` compiles.
+///
+/// Sealed: implemented by tch-scope only.
+#[diagnostic::on_unimplemented(
+    message = "a seed is an integer of at most 64 bits, not `{Self}`",
+    label = "`seed` takes an integer: `u64`, `i64`, `usize`, `i32`, …",
+    note = "as `torch.manual_seed`, which takes an int in [-2**63, 2**64 - 1]: \
+            round a float to an integer yourself; narrow a wider integer with `u64::try_from(n)`"
+)]
+pub trait IntoSeed: sealed::Sealed {
+    /// The seed, as `torch.initial_seed()` reports it after
+    /// `torch.manual_seed(self)`.
+    fn into_seed(self) -> u64;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// `IntoSeed` for `$t` and `&$t` (an iterator's `&usize`), the seed made
+/// by `$seed`. A blanket `&T` would muddle the error for `&str`.
+macro_rules! seeds {
+    ($($t:ty => $seed:expr),* $(,)?) => {$(
+        impl sealed::Sealed for $t {}
+        impl IntoSeed for $t {
+            fn into_seed(self) -> u64 {
+                $seed(self)
+            }
+        }
+        impl sealed::Sealed for &$t {}
+        // Errors list the integer types, not their references too.
+        #[diagnostic::do_not_recommend]
+        impl IntoSeed for &$t {
+            fn into_seed(self) -> u64 {
+                $seed(*self)
+            }
+        }
+    )*};
+}
+
+seeds!(
+    u8 => u64::from,
+    u16 => u64::from,
+    u32 => u64::from,
+    u64 => u64::from,
+    usize => usize_seed,
+    // Negative: two's complement, as `torch.manual_seed`.
+    i8 => |n| i64::from(n).cast_unsigned(),
+    i16 => |n| i64::from(n).cast_unsigned(),
+    i32 => |n| i64::from(n).cast_unsigned(),
+    i64 => i64::cast_unsigned,
+    isize => isize_seed,
+);
+
+// Lossless: `usize` and `isize` have at most 64 bits wherever libtorch runs.
+#[allow(clippy::cast_possible_truncation, reason = "at most 64 bits")]
+fn usize_seed(n: usize) -> u64 {
+    n as u64
+}
+
+#[allow(clippy::cast_possible_truncation, reason = "at most 64 bits")]
+fn isize_seed(n: isize) -> u64 {
+    (n as i64).cast_unsigned()
+}
 
 /// Restores the generator states saved on entry. While it is open, a
 /// `seed` or `fork_rng` of another thread or task is refused (the default

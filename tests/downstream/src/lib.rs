@@ -144,6 +144,18 @@ pub fn seeded_draw() -> Tensor {
     Tensor::rand([3], (Kind::Float, Device::Cpu))
 }
 
+/// Draws under `seed(step)` for a step of any integer type, and under
+/// `seed(-1)` (two's complement, as `torch.manual_seed(-1)`).
+pub fn seeded_by_step(step: i64, index: usize, small: i32) -> [Tensor; 4] {
+    let draw = || Tensor::rand([3], (Kind::Float, Device::Cpu));
+    [
+        ts::scoped!(seed(step, devices = []) => draw()),
+        ts::scoped!(seed(index) => draw()),
+        ts::scoped!(seed(small) => draw()),
+        ts::scoped!(seed(-1) => draw()),
+    ]
+}
+
 /// CPU work, timed (as `downstream::timed_work`), for a blocking task.
 #[ts::timed(crate = "ts")]
 #[must_use]

@@ -164,6 +164,14 @@ fn precision_and_kernel_words_under_the_renamed_crate() {
     assert!(!ts::cudnn_flags().benchmark);
     assert_eq!(ts::matmul_precision(), "highest");
     assert!(downstream::seeded_draw().equal(&downstream::seeded_draw()));
+    // The same seed, 7, of three integer types draws the same; -1 is
+    // u64::MAX, as in torch.manual_seed.
+    let [a, b, c, minus_one] = downstream::seeded_by_step(7, 7, 7);
+    assert!(a.equal(&b) && b.equal(&c));
+    assert!(
+        minus_one
+            .equal(&ts::scoped!(seed(u64::MAX) => Tensor::rand([3], (Kind::Float, Device::Cpu))))
+    );
 }
 
 /// Attributed async handlers spawned on a multi-thread runtime,
