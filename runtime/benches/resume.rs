@@ -7,7 +7,11 @@
 //!
 //! `RESUME_WIDTH`, `RESUME_LAYERS`, `RESUME_BATCH`, `RESUME_STEPS` size it;
 //! without a size (as under `cargo test --all-targets`) a tiny model runs
-//! as a smoke test.
+//! as a smoke test. Set `MALLOC_MMAP_THRESHOLD_=67108864
+//! MALLOC_TRIM_THRESHOLD_=1073741824` for figures to compare: otherwise
+//! glibc may hand a step's large temporaries back to the kernel and fault
+//! them in again, and the same loop runs 2–3× slower from one round to the
+//! next (docs/words.md).
 
 use std::time::Instant;
 
