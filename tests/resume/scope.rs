@@ -347,3 +347,60 @@ fn state_into_rewrites_an_earlier_state_in_place_and_equals_state() {
     m.opt.state_into(&mut empty);
     assert_eq!(empty.len(), fresh.len());
 }
+
+#[test]
+fn a_resume_that_fails_changes_nothing() {
+    let path = temp("partial");
+    let m = model();
+    let state = RunState::new(7u32);
+    scoped!(checkpoint(m.vs, &path, optimizer = m.opt, state = state) => {
+        for _ in steps(2) {
+            train_step(&m);
+        }
+    });
+    // A run state of another type: refused before the optimizer is loaded.
+    let back = model();
+    let wrong = RunState::new(String::from("kept"));
+    let e = Checkpoint::new(&back.vs, &path)
+        .resume(true)
+        .optimizer(&back.opt)
+        .state(&wrong)
+        .enter()
+        .unwrap_err();
+    assert!(e.to_string().contains("does not fit"), "{e}");
+    assert_eq!(
+        back.opt.steps_taken(),
+        0,
+        "the optimizer was left as it was"
+    );
+    assert_eq!(wrong.get(), "kept");
+    // The generator of a CUDA device this machine may not have.
+    let mut named = Tensor::load_multi(&path).unwrap();
+    let cpu = named
+        .iter()
+        .find(|(n, _)| n == "__tch_scope_rng__.cpu")
+        .unwrap()
+        .1
+        .copy();
+    let missing = tch_scope::cuda_device_count();
+    named.push((format!("__tch_scope_rng__.cuda:{missing}"), cpu));
+    let refs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    Tensor::save_multi(&refs, &path).unwrap();
+    let right = RunState::new(0u32);
+    let e = Checkpoint::new(&back.vs, &path)
+        .resume(true)
+        .optimizer(&back.opt)
+        .state(&right)
+        .enter()
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(&format!("CUDA device {missing}")),
+        "{e}"
+    );
+    assert_eq!(
+        (back.opt.steps_taken(), right.get()),
+        (0, 0),
+        "nothing was loaded"
+    );
+    std::fs::remove_file(&path).unwrap();
+}

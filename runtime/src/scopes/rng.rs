@@ -37,9 +37,7 @@ unsafe extern "C" {
 /// `torch.cuda.get_rng_state(i)` give them: byte tensors a checkpoint
 /// saves.
 pub(crate) fn generator_states() -> Result<Vec<(i32, tch::Tensor)>, String> {
-    // SAFETY: no arguments; the shim catches C++ exceptions.
-    let cuda = unsafe { tch_scope_rng_cuda_count() };
-    (-1..cuda)
+    (-1..cuda_devices())
         .map(|device| {
             let mut out = std::ptr::null_mut();
             // SAFETY: `out` is writable; on success it holds a new
@@ -49,6 +47,12 @@ pub(crate) fn generator_states() -> Result<Vec<(i32, tch::Tensor)>, String> {
             Ok((device, unsafe { tch::Tensor::from_ptr(out.cast()) }))
         })
         .collect()
+}
+
+/// The number of CUDA devices whose generators [`generator_states`] gives.
+pub(crate) fn cuda_devices() -> i32 {
+    // SAFETY: no arguments; the shim catches C++ exceptions.
+    unsafe { tch_scope_rng_cuda_count() }
 }
 
 /// Sets the default generator of `device` (`-1`: the CPU) to `state`, one

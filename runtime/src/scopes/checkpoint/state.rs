@@ -101,7 +101,9 @@ impl<T> RunState<T> {
 /// What the checkpoint needs of a [`RunState`], without its type.
 pub(super) trait Persist: Sync {
     fn to_json(&self) -> Result<String, String>;
-    fn load_json(&self, json: &str) -> Result<(), String>;
+    /// Replaces the value with `json`'s; with `commit` false, only checks
+    /// that it would.
+    fn load_json(&self, json: &str, commit: bool) -> Result<(), String>;
 }
 
 impl<T: Serialize + DeserializeOwned + Send> Persist for RunState<T> {
@@ -109,10 +111,12 @@ impl<T: Serialize + DeserializeOwned + Send> Persist for RunState<T> {
         serde_json::to_string(&*lock(&self.0)).map_err(|e| format!("the run state: {e}"))
     }
 
-    fn load_json(&self, json: &str) -> Result<(), String> {
+    fn load_json(&self, json: &str, commit: bool) -> Result<(), String> {
         let value = serde_json::from_str(json)
             .map_err(|e| format!("the saved run state does not fit this run's type: {e}"))?;
-        *lock(&self.0) = value;
+        if commit {
+            *lock(&self.0) = value;
+        }
         Ok(())
     }
 }
@@ -224,12 +228,27 @@ pub(super) fn json_tensor(json: &str) -> Result<Tensor, String> {
     Tensor::f_from_slice(json.as_bytes()).map_err(|e| e.to_string())
 }
 
-/// Puts the saved optimizer, generators and user state back.
+/// Puts the saved optimizer, generators and user state back: all of them
+/// or, when one can't be (an optimizer state of another optimizer, a run
+/// state of another type, a generator of a CUDA device not present),
+/// none.
 pub(super) fn restore(
     extras: &Extras,
     optimizer: Option<&dyn Optimizer>,
     user: Option<&dyn Persist>,
 ) -> Result<(), String> {
+    let cuda = rng::cuda_devices();
+    if let Some((device, _)) = extras.rng.iter().find(|(d, _)| *d >= cuda) {
+        return Err(format!(
+            "the file holds the generator of CUDA device {device}, and {cuda} \
+             {} present",
+            if cuda == 1 { "is" } else { "are" }
+        ));
+    }
+    let user = user.zip(extras.user.as_deref());
+    if let Some((user, json)) = user {
+        user.load_json(json, false)?;
+    }
     if let Some(opt) = optimizer {
         if extras.optimizer.is_empty() {
             return Err(format!(
@@ -238,11 +257,12 @@ pub(super) fn restore(
                 opt.name()
             ));
         }
+        // All or nothing (see `Optimizer::load_state`): the last check.
         opt.load_state(&extras.optimizer)
             .map_err(|e| e.to_string())?;
     }
-    if let (Some(user), Some(json)) = (user, &extras.user) {
-        user.load_json(json)?;
+    if let Some((user, json)) = user {
+        user.load_json(json, true)?;
     }
     for (device, state) in &extras.rng {
         rng::set_generator_state(*device, state)?;
