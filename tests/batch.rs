@@ -1,6 +1,6 @@
 //! `tch_scope::batch`: dynamic batching over an `Inference`, with real
-//! worker threads and real libtorch models (TorchScript's serve_mlp.pt and
-//! `tch::nn` modules in `WithMode`).
+//! worker threads and real libtorch models (TorchScript's serve_mlp.pt,
+//! `tch::nn` modules in `WithMode`, and a model trained here in `Replicas`).
 //!
 //! Most tests hold the worker on a gate (a forward that waits) while they
 //! queue requests, so which requests share a batch is deterministic.
@@ -23,6 +23,8 @@ use tch_scope::{
 mod faults;
 #[path = "batch/grad.rs"]
 mod grad;
+#[path = "batch/rust_trained.rs"]
+mod rust_trained;
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -214,7 +214,7 @@ pub use scopes::grad::{
     EnableGrad, Grad, GradGuard, InferenceMode, InferenceModeGuard, NoGrad, SetInferenceMode,
     is_grad_enabled, is_inference_mode_enabled,
 };
-pub use scopes::inference::{Inference, Servable};
+pub use scopes::inference::{Inference, ReplicaGuard, Replicas, Servable};
 pub use scopes::timer::{SyncMode, Timed, TimedGuard};
 pub use scopes::train::{Mode, ModeGuard, Trainable};
 pub use scopes::with_mode::WithMode;

@@ -75,6 +75,14 @@
 //! `max_batch(1)` turns batching off: every request runs alone, its inputs
 //! and outputs untouched.
 //!
+//! A model that is `Send` but not `Sync` (a `tch::nn` module trained in
+//! Rust) is served in [`Replicas`](crate::Replicas): an
+//! `Inference<Replicas<M>>` made by
+//! [`Inference::replicated`](crate::Inference::replicated), with at least
+//! as many replicas as [`workers`](BatchOptions::workers); the forward
+//! takes one with `r.get()`, and each worker keeps to its own (so no
+//! forward waits for another).
+//!
 //! Metrics (the `metrics` feature; label `name`, the batcher's
 //! [`name`](BatchOptions::name)): `tch_scope_batch_size` (requests per
 //! batch), `tch_scope_batch_queue_seconds` (submission to compute),
@@ -250,7 +258,9 @@ impl<M: Servable + Send + Sync + 'static> Batcher<M> {
     /// `forward`, which gets the model and the batch's inputs (each the
     /// requests' inputs concatenated along dim 0) and returns the outputs,
     /// each with the batch's rows first. [`cmodule_forward`] and
-    /// [`package_forward`] are such forwards.
+    /// [`package_forward`] are such forwards. For a model in
+    /// [`Replicas`](crate::Replicas), the forward takes a replica:
+    /// `|r, xs| Ok(vec![r.get().forward(&xs[0])])`.
     ///
     /// # Errors
     /// A [`ScopeError`] if a worker thread can't be spawned.

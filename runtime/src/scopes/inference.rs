@@ -7,11 +7,16 @@ use tch::TchError;
 use crate::scopes::train;
 use crate::{InferenceMode, Scope, ScopeError, Trainable};
 
+mod replicas;
+pub use replicas::{ReplicaGuard, Replicas};
+
 /// A model an [`Inference`] can serve: every [`Trainable`] model (whose
 /// modes are `Send + 'static`: [`tch::CModule`], [`tch::TrainableCModule`],
 /// [`WithMode`](crate::WithMode), your own), held in eval mode while
 /// served, and an AOTInductor [`Package`](crate::aoti::Package), which has
-/// no train/eval mode and is served as it is.
+/// no train/eval mode and is served as it is; and [`Replicas`] of either,
+/// how a model that is `Send` but not `Sync` (a `tch::nn` module) is
+/// served from many threads.
 ///
 /// Sealed: a model type of your own is served by implementing
 /// [`Trainable`] for it (a model without modes: `type Modes = ()`, and
@@ -19,7 +24,7 @@ use crate::{InferenceMode, Scope, ScopeError, Trainable};
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be served by `tch_scope::Inference`",
     label = "`Inference::new` needs a `Trainable` model (with `Send + 'static` modes) or an `aoti::Package`",
-    note = "implement `tch_scope::Trainable` for `{Self}`, or wrap a `tch::nn` module in `tch_scope::WithMode::new(module)`"
+    note = "implement `tch_scope::Trainable` for `{Self}`, or wrap a `tch::nn` module in `tch_scope::WithMode::new(module)` (and, to serve it from many threads, in `tch_scope::Replicas`)"
 )]
 pub trait Servable: serve::Serve {}
 
@@ -72,8 +77,10 @@ mod serve {
 /// once, by [`new`](Inference::new), and [`run`](Inference::run) calls the
 /// model under `inference_mode` without writing any flag, so many threads
 /// can share it in an `Arc` (it is `Send + Sync` for [`tch::CModule`],
-/// for [`WithMode`](crate::WithMode) of a `Send + Sync` module, and for an
-/// AOTInductor [`Package`](crate::aoti::Package)).
+/// for [`WithMode`](crate::WithMode) of a `Send + Sync` module, for an
+/// AOTInductor [`Package`](crate::aoti::Package), and for [`Replicas`] of
+/// any `Send` model: a `tch::nn` module trained in Rust, one replica per
+/// thread, made by [`replicated`](Inference::replicated)).
 ///
 /// Any [`Servable`] model: a [`Trainable`] one is held in eval mode as
 /// below; a [`Package`](crate::aoti::Package) has no modes and is served
@@ -154,7 +161,9 @@ impl<M: Servable> Inference<M> {
     }
 
     /// Runs `f` on the model under `inference_mode` (on this thread only:
-    /// no shared state is written).
+    /// no shared state is written), whatever this thread's grad mode: its
+    /// outputs are inference tensors, with no autograd graph (call the
+    /// model through [`get_ref`](Inference::get_ref) for one).
     ///
     /// ```no_run
     /// use tch_scope::{Inference, WithMode};
@@ -208,6 +217,44 @@ impl<M: Servable> Inference<M> {
                 format_args!("could not restore the model's train/eval modes: {e}"),
             );
         }
+    }
+}
+
+impl<M: Servable> Inference<Replicas<M>> {
+    /// Serves `n` replicas of a model that is `Send` but not `Sync` (a
+    /// `tch::nn` module trained in Rust), each made by `factory(i)` on this
+    /// thread: `Inference::new(Replicas::new(n, factory)?)`. Run it with
+    /// `served.run(|r| r.get().forward(&x))`; give a
+    /// [`Batcher`](crate::batch::Batcher) at least as many replicas as
+    /// workers, and each worker keeps to its own.
+    ///
+    /// # Errors
+    /// The [`Replicas::new`] error (none asked for, or the factory's), or
+    /// [`new`](Inference::new)'s.
+    ///
+    /// ```no_run
+    /// use tch::nn::{self, Module};
+    /// use tch::{Device, Kind, Tensor};
+    /// use tch_scope::{Inference, WithMode};
+    ///
+    /// let trained = nn::VarStore::new(Device::Cpu);
+    /// let net = nn::linear(trained.root() / "fc", 4, 2, Default::default());
+    /// // … train `net` …
+    /// let served = Inference::replicated(2, |_| {
+    ///     let mut vs = nn::VarStore::new(Device::Cpu);
+    ///     let replica = nn::linear(vs.root() / "fc", 4, 2, Default::default());
+    ///     vs.copy(&trained)?;
+    ///     Ok::<_, tch::TchError>(WithMode::new(replica))
+    /// })
+    /// .unwrap();
+    /// let x = Tensor::ones([1, 4], (Kind::Float, Device::Cpu));
+    /// assert!(served.run(|r| r.get().forward(&x)).equal(&tch::no_grad(|| net.forward(&x))));
+    /// ```
+    pub fn replicated<E: std::fmt::Display>(
+        n: usize,
+        factory: impl FnMut(usize) -> Result<M, E>,
+    ) -> Result<Self, ScopeError> {
+        Self::new(Replicas::new(n, factory)?)
     }
 }
 
