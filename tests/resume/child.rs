@@ -105,6 +105,9 @@ pub fn run(plan: &Plan) -> Result<(), String> {
                 panic!("panicked in step {step}, after the update");
             }
         }
+        // Reached when the loop ends at a step boundary (its end, or a
+        // stop), not when an operator refused by a stop unwinds the body.
+        println!("the loop ended at a step boundary");
         Ok(())
     };
     let path = Path::new(&plan.path);
@@ -115,9 +118,10 @@ pub fn run(plan: &Plan) -> Result<(), String> {
     }
 }
 
-/// Runs this binary's `child` test with `plan`.
-pub fn spawn(plan: &str) -> ExitStatus {
-    Command::new(std::env::current_exe().unwrap())
+/// Runs this binary's `child` test with `plan`: how it ended, and whether
+/// its loop ended at a step boundary.
+pub fn spawn(plan: &str) -> (ExitStatus, bool) {
+    let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--ignored",
             "--exact",
@@ -125,10 +129,14 @@ pub fn spawn(plan: &str) -> ExitStatus {
             "--nocapture",
         ])
         .env("TCH_SCOPE_RESUME_CHILD", plan)
-        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap()
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    (
+        out.status,
+        stdout.contains("the loop ended at a step boundary"),
+    )
 }
 
 /// The weights a checkpoint file holds, by name.

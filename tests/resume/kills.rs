@@ -19,7 +19,7 @@ fn temp(name: &str) -> PathBuf {
 /// Trains to the end in one process.
 fn uninterrupted(name: &str) -> PathBuf {
     let path = temp(name);
-    let status = spawn(&format!("{} none -1 opt", path.display()));
+    let (status, _) = spawn(&format!("{} none -1 opt", path.display()));
     assert!(status.success(), "{status:?}");
     assert_eq!(Checkpoint::read(&path).unwrap().step, STEPS);
     path
@@ -27,18 +27,31 @@ fn uninterrupted(name: &str) -> PathBuf {
 
 /// Runs the child with `fault` at `at`, expecting it to die that way.
 fn stopped(path: &Path, fault: &str, at: i64, optimizer: &str) {
-    let status = spawn(&format!("{} {fault} {at} {optimizer}", path.display()));
+    let (status, at_boundary) = spawn(&format!("{} {fault} {at} {optimizer}", path.display()));
     match fault {
         "kill" | "kill-start" => assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}"),
         // Ended by the signal itself after the save: a shell reads 130/143.
-        "sigint" => assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}"),
-        "sigterm" => assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}"),
+        "sigint" | "sigterm" => {
+            let signal = if fault == "sigint" {
+                libc::SIGINT
+            } else {
+                libc::SIGTERM
+            };
+            assert_eq!(status.signal(), Some(signal), "{status:?}");
+            // The step in progress ran whole: the loop, not a refused
+            // operator, ended the body.
+            assert!(
+                at_boundary,
+                "{fault}: the loop did not end at a step boundary"
+            );
+        }
         _ => assert!(!status.success(), "{status:?}"),
     }
 }
 
 fn finish(path: &Path, optimizer: &str) {
-    let status = spawn(&format!("{} none -1 {optimizer}", path.display()));
+    let (status, at_boundary) = spawn(&format!("{} none -1 {optimizer}", path.display()));
+    assert!(at_boundary);
     assert!(status.success(), "{status:?}");
     assert_eq!(Checkpoint::read(path).unwrap().step, STEPS);
 }
@@ -126,8 +139,15 @@ fn sigint_and_sigterm_end_the_run_at_a_step_boundary_and_lose_no_step() {
         // ended it is what the file holds, with the metrics of exactly the
         // steps completed.
         let saved = Checkpoint::read(&path).unwrap();
-        assert!(saved.step > at, "{fault} in step {at}: saved at {}", saved.step);
-        assert_eq!(saved.metrics.get("loss").len(), usize::try_from(saved.step).unwrap());
+        assert!(
+            saved.step > at,
+            "{fault} in step {at}: saved at {}",
+            saved.step
+        );
+        assert_eq!(
+            saved.metrics.get("loss").len(),
+            usize::try_from(saved.step).unwrap()
+        );
     }
     finish(&path, "opt");
     assert!(same_weights(&w, &path), "the resumed run's weights differ");
