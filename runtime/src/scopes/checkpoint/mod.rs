@@ -210,6 +210,10 @@ impl<'a> Checkpoint<'a> {
     ///
     /// On `resume`, a file without an optimizer state is refused (resuming
     /// would restart the optimizer cold); delete the file to start afresh.
+    ///
+    /// A [`steps`] loop reaches the optimizer through the guard until the
+    /// guard drops: a guard entered by hand must be dropped, never leaked
+    /// with `mem::forget` (the macros always drop theirs).
     pub fn optimizer<O: Optimizer>(self, optimizer: &'a O) -> Self {
         self.optimizer_dyn(optimizer)
     }
@@ -329,7 +333,11 @@ impl<'a> Scope for Checkpoint<'a> {
         let live = Live {
             weights: named_variables(self.vs),
             // SAFETY: the guard holds these borrows for 'a and clears
-            // `live` in its drop, before 'a can end.
+            // `live` in its drop, before 'a can end. One hole: a guard
+            // leaked with `mem::forget` never clears it, and a `steps`
+            // loop made later on this thread would reach a dangling
+            // optimizer (the macros never leak a guard; a hand-held one
+            // naming an optimizer or a run state must not be forgotten).
             optimizer: self.optimizer.map(|o| unsafe {
                 Borrowed::new(std::mem::transmute::<
                     NonNull<dyn Optimizer + 'a>,
