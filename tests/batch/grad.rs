@@ -90,3 +90,74 @@ fn grad_mode_requests_run_alone_and_each_answer_has_its_own_graph() {
     );
     assert_eq!(batcher.stats().largest_batch, 1);
 }
+
+#[test]
+fn a_request_from_a_plain_thread_is_computed_in_inference_mode() {
+    let served = Arc::new(Inference::new(CModule::load(data("serve_mlp.pt")).unwrap()).unwrap());
+    let gate = Arc::new(Gate::default());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (g, s) = (Arc::clone(&gate), Arc::clone(&seen));
+    let options = BatchOptions::new().workers(1).max_delay(Duration::ZERO);
+    let batcher = Batcher::new(Arc::clone(&served), options, move |m, xs| {
+        if xs[0].double_value(&[0, 0]) == -1.0 {
+            g.pass();
+        }
+        s.lock().unwrap().push((
+            xs[0].size()[0],
+            is_grad_enabled(),
+            is_inference_mode_enabled(),
+        ));
+        cmodule_forward(m, xs)
+    })
+    .unwrap();
+    let _open = OpenOnDrop(Arc::clone(&gate));
+
+    // A plain thread: grad mode on, no scope open, inputs that need no
+    // gradient. The parameters do, so a forward with grad mode would
+    // build a graph through them.
+    assert!(is_grad_enabled() && !is_inference_mode_enabled());
+    let held = batcher.submit(vec![Tensor::full(
+        [1, 32],
+        -1.0,
+        (Kind::Float, Device::Cpu),
+    )]);
+    gate.wait_entered(1);
+    tch::manual_seed(12);
+    let xs: Vec<Tensor> = (0..4)
+        .map(|_| Tensor::randn([2, 32], (Kind::Float, Device::Cpu)))
+        .collect();
+    let tickets: Vec<Ticket> = xs
+        .iter()
+        .map(|x| batcher.submit(vec![x.shallow_clone()]))
+        .collect();
+    // An input that requires grad asks for a graph: computed with grad
+    // mode, alone.
+    let wants_grad = Tensor::randn([2, 32], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+    let with_grad = batcher.submit(vec![wants_grad.shallow_clone()]);
+    gate.open();
+
+    let y = answer(held).unwrap();
+    assert!(y[0].is_inference(), "a lone request too");
+    let batched: Vec<Tensor> = tickets
+        .into_iter()
+        .map(|t| answer(t).unwrap().remove(0))
+        .collect();
+    let all = served.run(|m| m.forward_ts(&[Tensor::cat(&xs, 0)]).unwrap());
+    for (k, y) in batched.iter().enumerate() {
+        assert!(y.is_inference(), "request {k}: not an inference tensor");
+        assert!(!y.requires_grad(), "request {k}: a graph was built");
+        let k = i64::try_from(k).unwrap();
+        assert!(y.equal(&all.narrow(0, 2 * k, 2)), "request {k} differs");
+    }
+    let g = answer(with_grad).unwrap().remove(0);
+    assert!(!g.is_inference() && g.requires_grad(), "no graph");
+    g.sum(Kind::Float).backward();
+    assert!(wants_grad.grad().defined());
+    let _ = take_grads(served.get_ref());
+
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(1, false, true), (8, false, true), (2, true, false)],
+        "the held one, the plain requests in one batch in inference mode, the grad one alone"
+    );
+}

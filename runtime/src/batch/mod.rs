@@ -17,20 +17,27 @@
 //!   request of a caller answered a moment ago: it is lone). The wait ends
 //!   early when the batch is full, when another worker becomes idle, or
 //!   at the earliest deadline in the batch.
-//! - **Only equal scope states share a batch, and grad mode never does.**
+//! - **Forwards run in inference mode, unless a request asks for a
+//!   graph.** The worker enters the batch's context around the forward
+//!   (the captured state is the whole state there, as with `with(ctx)`)
+//!   and, inside it, `inference_mode`, as [`Inference::run`] does: a
+//!   request submitted from a plain thread (grad mode on, no scope open),
+//!   from `no_grad` or from `inference_mode` is computed in inference
+//!   mode, batched, and its outputs are inference tensors with no graph.
+//!   A request asks for a graph by being submitted with grad mode on
+//!   (outside `inference_mode`) *and* an input that requires grad (what
+//!   autograd needs to give that input a gradient): it is computed with
+//!   grad mode, as captured, and always alone.
+//! - **Only equal scope states share a batch, and grad never does.**
 //!   Requests are batched only with requests whose captured state is the
 //!   same ([`Context::same_state`]: grad mode, inference mode, autocast,
 //!   current device); different states form different batches. A request
-//!   submitted with grad mode on (outside `inference_mode`) always runs
-//!   alone: a batch's outputs are parts of one forward and would share one
-//!   autograd graph, so the first request's `backward()` would free it
-//!   under the others ("Trying to backward through the graph a second
-//!   time"). Alone, its outputs have a graph of their own, and what it can
-//!   do with them never depends on what else was queued. Submit from
-//!   `no_grad` or `inference_mode` to be batched. The worker enters the
-//!   batch's context around the forward: the captured state is the whole
-//!   state there, as with `with(ctx)` (no `inference_mode` is added:
-//!   submit from an `inference_mode` scope to serve with it).
+//!   that asks for a graph always runs alone: a batch's outputs are parts
+//!   of one forward and would share one autograd graph, so the first
+//!   request's `backward()` would free it under the others ("Trying to
+//!   backward through the graph a second time"). Alone, its outputs have
+//!   a graph of their own, and what it can do with them never depends on
+//!   what else was queued.
 //! - **Concatenated along dim 0.** Each input of the batch is the
 //!   requests' inputs concatenated along dim 0; only requests whose inputs
 //!   agree in number, dtype, device and every other dim are batched
@@ -120,9 +127,10 @@
 //!         let batcher = Arc::clone(&batcher);
 //!         std::thread::spawn(move || {
 //!             let x = Tensor::full([1, 3], i as f64, (Kind::Float, Device::Cpu));
-//!             // Submitted inside inference_mode: computed inside it.
-//!             let y = scoped!(inference_mode => batcher.submit(vec![x])).wait().unwrap();
+//!             // From a plain thread: computed in inference mode.
+//!             let y = batcher.submit(vec![x]).wait().unwrap();
 //!             assert_eq!(y[0].double_value(&[0, 2]), 2.0 * i as f64);
+//!             assert!(y[0].is_inference());
 //!         })
 //!     })
 //!     .collect();
@@ -309,8 +317,10 @@ impl<M: Servable + Send + Sync + 'static> Batcher<M> {
 
     /// Submits `inputs` to be computed in `ctx`, by `deadline` (the earlier
     /// of it and the context's own deadline counts): past it, the request
-    /// is answered [`BatchError::Expired`] without being computed. With
-    /// grad mode on in `ctx` (and inference mode off) it runs alone.
+    /// is answered [`BatchError::Expired`] without being computed. It is
+    /// computed in `ctx` and in inference mode, unless it asks for a
+    /// graph (grad mode on in `ctx`, inference mode off, and an input
+    /// that requires grad): then with grad mode, and alone.
     ///
     /// Refused at once, uncomputed (the ticket is ready when this returns):
     /// [`BatchError::QueueFull`] when [`max_queue`](BatchOptions::max_queue)
@@ -325,9 +335,13 @@ impl<M: Servable + Send + Sync + 'static> Batcher<M> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        // With grad mode on, a batch's outputs would share one autograd
-        // graph: such a request runs alone (`shape` None).
-        let grad = ctx.is_grad_enabled() && !ctx.is_inference_mode_enabled();
+        // A request that asks for a graph runs alone (`shape` None): a
+        // batch's outputs would share one. Every other runs in inference
+        // mode, so a plain thread's request (grad mode on by default) is
+        // batched, and pays for no graph.
+        let grad = ctx.is_grad_enabled()
+            && !ctx.is_inference_mode_enabled()
+            && inputs.iter().any(Tensor::requires_grad);
         let shape = if self.shared.options.max_batch > 1 && !grad {
             Shape::of(&inputs)
         } else {
@@ -337,6 +351,7 @@ impl<M: Servable + Send + Sync + 'static> Batcher<M> {
         let request = Request {
             inputs,
             ctx,
+            grad,
             deadline,
             arrived: Instant::now(),
             shape,

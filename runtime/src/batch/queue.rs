@@ -14,6 +14,10 @@ pub(crate) struct Request {
     pub inputs: Vec<Tensor>,
     /// The scopes it was submitted in; entered around its forward.
     pub ctx: Context,
+    /// Whether it asked for an autograd graph (grad mode on and an input
+    /// requiring grad): computed alone, with grad mode. Else its forward
+    /// runs in inference mode too.
+    pub grad: bool,
     /// The earlier of the deadline given and the context's own.
     pub deadline: Option<Instant>,
     pub arrived: Instant,

@@ -239,7 +239,10 @@ fn run_alone<M: Servable>(shared: &Shared<M>, r: &Request) {
     let computing = shared.computing();
     let answer: Answer = guarded(|| {
         r.ctx
-            .run(|| (shared.forward)(shared.served.get_ref(), &r.inputs))
+            .run(|| {
+                let _inference = inference_unless(r.grad);
+                (shared.forward)(shared.served.get_ref(), &r.inputs)
+            })
             .and_then(|out| out)
             .map_err(BatchError::Failed)
     });
@@ -278,6 +281,8 @@ fn run_together<M: Servable>(
     guarded(|| {
         lead.ctx
             .run(|| {
+                // Requests that ask for a graph run alone, never here.
+                let _inference = inference_unless(false);
                 let failed = |e: tch::TchError| {
                     BatchError::Failed(ScopeError::new("batch", None, e.to_string()))
                 };
@@ -313,6 +318,16 @@ fn run_together<M: Servable>(
             })
             .map_err(BatchError::Failed)
             .and_then(|r| r)
+    })
+}
+
+/// Inference mode on this thread (on top of the entered context) unless
+/// the request asked for a graph: the forward of every other request is
+/// computed as [`Inference::run`] computes.
+fn inference_unless(grad: bool) -> Option<crate::InferenceModeGuard> {
+    (!grad).then(|| {
+        let Ok(g) = crate::InferenceMode.enter();
+        g
     })
 }
 
