@@ -222,3 +222,19 @@ fn a_replica_factory_error_is_a_load_error_naming_the_replica() {
     assert_eq!(e.stage(), tch_scope::Stage::Load);
     assert!(e.to_string().contains("at least one replica"), "{e}");
 }
+
+#[test]
+fn a_replica_whose_forward_panicked_serves_on() {
+    let (vs, net) = trained();
+    let served = Inference::replicated(1, |_| replica(&vs)).unwrap();
+    let x = randn(2);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        served.run(|r| {
+            let _m = r.get();
+            panic!("a forward panics holding its replica");
+        })
+    }));
+    assert!(panicked.is_err());
+    let y = served.run(|r| r.get().forward(&x));
+    assert!(y.equal(&direct(&net, &x)));
+}

@@ -143,7 +143,9 @@ impl<M> Replicas<M> {
 
     /// A replica no other thread is using: the one this thread had last
     /// if it is free, else the first free one; when all are in use, waits
-    /// for the one this thread had last. Drop the guard to give it back.
+    /// for the one this thread had last. Drop the guard to give it back
+    /// (before asking again: a thread that holds a replica and asks for
+    /// another may wait for the one it holds).
     pub fn get(&self) -> ReplicaGuard<'_, M> {
         let n = self.replicas.len();
         let first = PREFERRED.with(Cell::get) % n;
