@@ -336,3 +336,38 @@ fn a_refused_operator_fails_the_step_and_the_step_count_stays() {
         "a refused first operator changed a weight"
     );
 }
+
+/// A checkpoint keeps handles to its optimizer, not a borrow: a guard
+/// leaked with `mem::forget` (safe code may) leaves nothing dangling for a
+/// later `steps` loop, which still reaches the optimizer's state.
+#[test]
+fn a_leaked_checkpoint_guard_leaves_its_optimizer_reachable() {
+    use tch_scope::{Checkpoint, Scope};
+    let path = std::env::temp_dir().join(format!("tch-scope-leak-{}.ot", std::process::id()));
+    let vs = fresh();
+    {
+        let adam = Adam::new(&vs, 0.01).unwrap();
+        train(&vs, &adam, 1);
+        let guard = Checkpoint::new(&vs, &path)
+            .optimizer(&adam)
+            .every(1)
+            .enter()
+            .unwrap();
+        std::mem::forget(guard);
+        // `adam` ends here; the leaked checkpoint is still this thread's
+        // innermost.
+    }
+    let mut seen = 0;
+    for step in tch_scope::steps(3) {
+        loss(&vs).backward();
+        seen += 1;
+        assert_eq!(step, seen - 1);
+    }
+    assert_eq!(seen, 3);
+    // Its periodic saves took the optimizer's state from the handle (the
+    // last one may still be on the writer's thread: no exit waits for it).
+    let saved = Checkpoint::read(&path).unwrap();
+    assert!((2..=3).contains(&saved.step), "saved at step {}", saved.step);
+    assert!(!saved.optimizer.is_empty(), "no optimizer state saved");
+    std::fs::remove_file(&path).ok();
+}

@@ -1,6 +1,6 @@
 //! `torch.optim.Adam` and `torch.optim.AdamW`, op for op.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tch::Tensor;
 use tch::nn::VarStore;
@@ -30,6 +30,9 @@ struct Slot {
 
 struct Inner {
     options: Options,
+    /// Under the lock with the buffers: tch's tensors are not `Sync`, and
+    /// the optimizer is (a checkpoint shares it with its task).
+    params: Params,
     slots: Vec<Option<Slot>>,
     taken: i64,
 }
@@ -38,7 +41,6 @@ struct Inner {
 struct Core {
     name: &'static str,
     decoupled: bool,
-    params: Params,
     inner: Mutex<Inner>,
 }
 
@@ -56,8 +58,8 @@ impl Core {
         Ok(Self {
             name,
             decoupled,
-            params,
             inner: Mutex::new(Inner {
+                params,
                 options: Options {
                     lr,
                     beta1: 0.9,
@@ -84,13 +86,14 @@ impl Core {
 
     fn step(&self) -> Result<(), ScopeError> {
         let _no_grad = NoGrad.enter();
-        let mut inner = self.lock();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         let o = inner.options;
-        for (i, (name, p)) in self
+        for (i, (name, p)) in inner
             .params
             .names
             .iter()
-            .zip(&self.params.tensors)
+            .zip(&inner.params.tensors)
             .enumerate()
         {
             let grad = p.grad();
@@ -118,6 +121,10 @@ impl Core {
         Ok(())
     }
 
+    fn try_zero_grad(&self) -> Result<(), ScopeError> {
+        self.lock().params.try_zero_grad(self.name)
+    }
+
     fn state(&self) -> Vec<(String, Tensor)> {
         self.state_reusing(Vec::new())
     }
@@ -134,7 +141,7 @@ impl Core {
         out.option("weight_decay", o.weight_decay);
         out.option("amsgrad", f64::from(u8::from(o.amsgrad)));
         out.count("taken", "steps", inner.taken);
-        for (name, slot) in self.params.names.iter().zip(&inner.slots) {
+        for (name, slot) in inner.params.names.iter().zip(&inner.slots) {
             let Some(s) = slot else { continue };
             out.count("step", name, s.step);
             out.buffer("exp_avg", name, &s.exp_avg);
@@ -158,8 +165,10 @@ impl Core {
             amsgrad: input.option("amsgrad")? != 0.0,
         };
         let taken = input.count("taken", "steps")?.unwrap_or(0);
-        let mut slots = Vec::with_capacity(self.params.names.len());
-        for (name, p) in self.params.names.iter().zip(&self.params.tensors) {
+        let mut inner = self.lock();
+        let params = &inner.params;
+        let mut slots = Vec::with_capacity(params.names.len());
+        for (name, p) in params.names.iter().zip(&params.tensors) {
             let step = input.count("step", name)?;
             let exp_avg = input.buffer("exp_avg", name, p)?;
             let exp_avg_sq = input.buffer("exp_avg_sq", name, p)?;
@@ -186,12 +195,9 @@ impl Core {
             });
         }
         input.finish()?;
-        let mut inner = self.lock();
-        *inner = Inner {
-            options,
-            slots,
-            taken,
-        };
+        inner.options = options;
+        inner.slots = slots;
+        inner.taken = taken;
         Ok(())
     }
 }
@@ -251,14 +257,14 @@ fn update(
 macro_rules! adam_like {
     ($(#[$doc:meta])* $ty:ident, $name:literal, $decoupled:literal, $default_wd:expr) => {
         $(#[$doc])*
-        pub struct $ty(Core);
+        pub struct $ty(Arc<Core>);
 
         impl std::fmt::Debug for $ty {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 let inner = self.0.lock();
                 f.debug_struct($name)
                     .field("options", &inner.options)
-                    .field("params", &self.0.params.names)
+                    .field("params", &inner.params.names)
                     .field("steps_taken", &inner.taken)
                     .finish()
             }
@@ -273,7 +279,7 @@ macro_rules! adam_like {
             /// A [`ScopeError`] when `lr` is negative or not finite, or `vs`
             /// has no trainable variable.
             pub fn new(vs: &VarStore, lr: f64) -> Result<Self, ScopeError> {
-                Core::new(vs, lr, $name, $decoupled, $default_wd).map(Self)
+                Core::new(vs, lr, $name, $decoupled, $default_wd).map(|c| Self(Arc::new(c)))
             }
 
             /// The betas, each in `[0, 1)`.
@@ -367,7 +373,7 @@ macro_rules! adam_like {
                 self.0.step()
             }
             fn try_zero_grad(&self) -> Result<(), ScopeError> {
-                self.0.params.try_zero_grad($name)
+                self.0.try_zero_grad()
             }
             fn state(&self) -> Vec<(String, Tensor)> {
                 self.0.state()
@@ -377,6 +383,9 @@ macro_rules! adam_like {
             }
             fn load_state(&self, state: &[(String, Tensor)]) -> Result<(), ScopeError> {
                 self.0.load_state(state)
+            }
+            fn handle(&self) -> Arc<dyn Optimizer> {
+                Arc::new(Self(Arc::clone(&self.0)))
             }
         }
     };

@@ -47,13 +47,15 @@ mod sgd;
 pub use adam::{Adam, AdamW};
 pub use sgd::Sgd;
 
+use std::sync::Arc;
+
 use tch::Tensor;
 
 use crate::ScopeError;
 
 /// What a checkpoint needs of an optimizer: a step, and its state as named
 /// tensors to save and to load back bitwise.
-pub trait Optimizer {
+pub trait Optimizer: Send + Sync {
     /// The optimizer's name as errors and checkpoints give it (`"Adam"`).
     fn name(&self) -> &'static str;
 
@@ -124,4 +126,9 @@ pub trait Optimizer {
     /// when a buffer's shape or dtype differs from its parameter's, or when
     /// the state is another optimizer's. Nothing is loaded then.
     fn load_state(&self, state: &[(String, Tensor)]) -> Result<(), ScopeError>;
+
+    /// A second handle to this optimizer, sharing its parameters and
+    /// state: what a checkpoint that names it keeps, so that nothing it
+    /// holds can outlive the optimizer.
+    fn handle(&self) -> Arc<dyn Optimizer>;
 }

@@ -1,6 +1,6 @@
 //! `torch.optim.SGD`, with momentum, dampening and Nesterov, op for op.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tch::Tensor;
 use tch::nn::VarStore;
@@ -20,6 +20,9 @@ struct Options {
 
 struct Inner {
     options: Options,
+    /// Under the lock with the buffers: tch's tensors are not `Sync`, and
+    /// the optimizer is (a checkpoint shares it with its task).
+    params: Params,
     /// Each parameter's momentum buffer, made at its first step with
     /// momentum.
     buffers: Vec<Option<Tensor>>,
@@ -41,17 +44,14 @@ struct Inner {
 /// assert!(Sgd::new(&vs, 0.1).unwrap().dampening(0.5).nesterov(true).check().is_err());
 /// # let _ = opt;
 /// ```
-pub struct Sgd {
-    params: Params,
-    inner: Mutex<Inner>,
-}
+pub struct Sgd(Arc<Mutex<Inner>>);
 
 impl std::fmt::Debug for Sgd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let inner = self.lock();
         f.debug_struct("Sgd")
             .field("options", &inner.options)
-            .field("params", &self.params.names)
+            .field("params", &inner.params.names)
             .field("steps_taken", &inner.taken)
             .finish()
     }
@@ -69,24 +69,22 @@ impl Sgd {
         check("Sgd", "the learning rate", lr, lr >= 0.0, "finite and >= 0")?;
         let params = Params::of(vs, "Sgd")?;
         let buffers = params.tensors.iter().map(|_| None).collect();
-        Ok(Self {
+        Ok(Self(Arc::new(Mutex::new(Inner {
             params,
-            inner: Mutex::new(Inner {
-                options: Options {
-                    lr,
-                    momentum: 0.0,
-                    dampening: 0.0,
-                    weight_decay: 0.0,
-                    nesterov: false,
-                },
-                buffers,
-                taken: 0,
-            }),
-        })
+            options: Options {
+                lr,
+                momentum: 0.0,
+                dampening: 0.0,
+                weight_decay: 0.0,
+                nesterov: false,
+            },
+            buffers,
+            taken: 0,
+        }))))
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn set(self, f: impl FnOnce(&mut Options)) -> Self {
@@ -175,13 +173,14 @@ impl Sgd {
     pub fn step(&self) -> Result<(), ScopeError> {
         self.check()?;
         let _no_grad = NoGrad.enter();
-        let mut inner = self.lock();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         let o = inner.options;
-        for (i, (name, p)) in self
+        for (i, (name, p)) in inner
             .params
             .names
             .iter()
-            .zip(&self.params.tensors)
+            .zip(&inner.params.tensors)
             .enumerate()
         {
             let grad = p.grad();
@@ -256,7 +255,7 @@ impl Optimizer for Sgd {
     }
 
     fn try_zero_grad(&self) -> Result<(), ScopeError> {
-        self.params.try_zero_grad("Sgd")
+        self.lock().params.try_zero_grad("Sgd")
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
@@ -278,20 +277,23 @@ impl Optimizer for Sgd {
             nesterov: input.option("nesterov")? != 0.0,
         };
         let taken = input.count("taken", "steps")?.unwrap_or(0);
-        let buffers = self
-            .params
+        let mut inner = self.lock();
+        let params = &inner.params;
+        let buffers = params
             .names
             .iter()
-            .zip(&self.params.tensors)
+            .zip(&params.tensors)
             .map(|(name, p)| input.buffer("momentum_buffer", name, p))
             .collect::<Result<Vec<_>, _>>()?;
         input.finish()?;
-        *self.lock() = Inner {
-            options,
-            buffers,
-            taken,
-        };
+        inner.options = options;
+        inner.buffers = buffers;
+        inner.taken = taken;
         Ok(())
+    }
+
+    fn handle(&self) -> Arc<dyn Optimizer> {
+        Arc::new(Sgd(Arc::clone(&self.0)))
     }
 }
 
@@ -308,7 +310,7 @@ impl Sgd {
         out.option("weight_decay", o.weight_decay);
         out.option("nesterov", f64::from(u8::from(o.nesterov)));
         out.count("taken", "steps", inner.taken);
-        for (name, b) in self.params.names.iter().zip(&inner.buffers) {
+        for (name, b) in inner.params.names.iter().zip(&inner.buffers) {
             if let Some(b) = b {
                 out.buffer("momentum_buffer", name, b);
             }

@@ -223,7 +223,7 @@ impl<'a> Task<Checkpoint<'a>> {
     #[inline]
     pub fn state<T>(self, state: &'a crate::RunState<T>) -> Self
     where
-        T: serde::Serialize + serde::de::DeserializeOwned + Send,
+        T: serde::Serialize + serde::de::DeserializeOwned + Send + 'static,
     {
         Task(self.0.state(state))
     }

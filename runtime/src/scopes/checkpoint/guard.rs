@@ -10,12 +10,12 @@ use tch::nn::VarStore;
 use super::file::{named_variables, save};
 use super::log::Metrics;
 use super::open::{Run, close};
-use super::snapshot::OptimizerRef;
 use super::state::{self, Persist};
 use super::writer::Snapshot;
 use crate::Outcome;
 use crate::durable::{self, Replaced, Turn};
 use crate::error::DeviceName;
+use crate::optim::Optimizer;
 use crate::scopes::deadline::{self, DeadlineExcluded};
 use crate::stop::{self, StopListener};
 use crate::sync::lock;
@@ -37,8 +37,8 @@ use crate::sync::lock;
 #[must_use = "a scope guard restores the state when dropped; bind it with `let _guard = …`"]
 pub struct CheckpointGuard<'a> {
     pub(super) vs: &'a VarStore,
-    pub(super) optimizer: Option<OptimizerRef<'a>>,
-    pub(super) state: Option<&'a dyn Persist>,
+    pub(super) optimizer: Option<Arc<dyn Optimizer>>,
+    pub(super) state: Option<Arc<dyn Persist>>,
     pub(super) path: PathBuf,
     /// `path` as the order of the saves knows it (see `durable::Turn`).
     pub(super) destination: PathBuf,
@@ -72,7 +72,7 @@ impl std::fmt::Debug for CheckpointGuard<'_> {
 // thread a poll leaves and `resume` puts on the thread of the next poll
 // (`Spanned` calls them around each move, and before it drops the guard);
 // its other fields are `Send` (`&VarStore`: a VarStore is `Sync`; a run
-// state is `Sync`; the optimizer's borrow: see `OptimizerRef`), and its
+// state and the optimizer are shared handles, `Send`), and its
 // step boundaries are reached only from the thread it is open on.
 unsafe impl crate::process_wide::MovesWithTask for CheckpointGuard<'_> {}
 
@@ -114,8 +114,11 @@ impl CheckpointGuard<'_> {
         }
         let _unchecked = DeadlineExcluded::new();
         let mut tensors = named_variables(self.vs);
-        let optimizer = self.optimizer.map(|o| o.0);
-        tensors.extend(state::capture(step, optimizer, self.state)?);
+        tensors.extend(state::capture(
+            step,
+            self.optimizer.as_deref(),
+            self.state.as_deref(),
+        )?);
         Ok(Some(Contents::Live(tensors, log.clone())))
     }
 }

@@ -2,7 +2,6 @@
 //! ends (documented on [`Checkpoint`], where the rustdoc shows it).
 
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -30,7 +29,7 @@ pub use steps::{Steps, steps};
 
 use file::{check_variables, copy_variables, named_variables};
 use open::{Run, close};
-use snapshot::{Borrowed, Boundaries, Live, OptimizerRef};
+use snapshot::{Boundaries, Live};
 use state::Persist;
 
 use crate::durable;
@@ -169,8 +168,8 @@ pub struct Checkpoint<'a> {
     path: PathBuf,
     resume: bool,
     save_on_failure: bool,
-    optimizer: Option<OptimizerRef<'a>>,
-    state: Option<&'a dyn Persist>,
+    optimizer: Option<Arc<dyn Optimizer>>,
+    state: Option<Arc<dyn Persist>>,
     every: Option<i64>,
 }
 
@@ -180,7 +179,7 @@ impl std::fmt::Debug for Checkpoint<'_> {
             .field("path", &self.path)
             .field("resume", &self.resume)
             .field("save_on_failure", &self.save_on_failure)
-            .field("optimizer", &self.optimizer.map(|o| o.0.name()))
+            .field("optimizer", &self.optimizer.as_ref().map(|o| o.name()))
             .field("state", &self.state.is_some())
             .field("every", &self.every)
             .finish_non_exhaustive()
@@ -203,24 +202,22 @@ impl<'a> Checkpoint<'a> {
 
     /// Saves `optimizer`'s state (moments, step counts, momentum buffers,
     /// options) with the weights, and loads it back on `resume`
-    /// (`optimizer = opt` in the macros). Borrowed: the body still steps
-    /// it (its methods take `&self`). tch's `nn::Optimizer` can't be named
+    /// (`optimizer = opt` in the macros). The checkpoint keeps a second
+    /// handle to it ([`Optimizer::handle`]), so the body still steps it
+    /// (its methods take `&self`) and nothing the checkpoint holds can
+    /// outlive it. tch's `nn::Optimizer` can't be named
     /// (its state is out of Rust's reach): use
     /// [`tch_scope::optim`](crate::optim)'s.
     ///
     /// On `resume`, a file without an optimizer state is refused (resuming
     /// would restart the optimizer cold); delete the file to start afresh.
-    ///
-    /// A [`steps`] loop reaches the optimizer through the guard until the
-    /// guard drops: a guard entered by hand must be dropped, never leaked
-    /// with `mem::forget` (the macros always drop theirs).
-    pub fn optimizer<O: Optimizer>(self, optimizer: &'a O) -> Self {
+    pub fn optimizer<O: Optimizer>(self, optimizer: &O) -> Self {
         self.optimizer_dyn(optimizer)
     }
 
     /// [`optimizer`](Self::optimizer) of a trait object (the macros').
-    pub(crate) fn optimizer_dyn(mut self, optimizer: &'a dyn Optimizer) -> Self {
-        self.optimizer = Some(OptimizerRef(optimizer));
+    pub(crate) fn optimizer_dyn(mut self, optimizer: &dyn Optimizer) -> Self {
+        self.optimizer = Some(optimizer.handle());
         self
     }
 
@@ -235,8 +232,11 @@ impl<'a> Checkpoint<'a> {
     /// Saves `state` (JSON, through serde) with the weights at every step
     /// boundary, and puts the saved value back on `resume` (`state = s`
     /// in the macros): see [`RunState`].
-    pub fn state<T: Serialize + DeserializeOwned + Send>(mut self, state: &'a RunState<T>) -> Self {
-        self.state = Some(state);
+    pub fn state<T: Serialize + DeserializeOwned + Send + 'static>(
+        mut self,
+        state: &RunState<T>,
+    ) -> Self {
+        self.state = Some(state.handle());
         self
     }
 
@@ -303,8 +303,8 @@ impl<'a> Checkpoint<'a> {
             file::read(&self.path, self.vs.device()).map_err(|e| self.error(e))?;
         let extras = state::split(&mut tensors).map_err(|e| self.error(e))?;
         check_variables(self.vs, &self.path, &tensors).map_err(|e| self.error(e))?;
-        let optimizer = self.optimizer.map(|o| o.0);
-        state::restore(&extras, optimizer, self.state).map_err(|e| self.error(e))?;
+        state::restore(&extras, self.optimizer.as_deref(), self.state.as_deref())
+            .map_err(|e| self.error(e))?;
         copy_variables(self.vs, &tensors).map_err(|e| self.error(e))?;
         Ok((log, extras.step.unwrap_or(0)))
     }
@@ -332,25 +332,8 @@ impl<'a> Scope for Checkpoint<'a> {
         let destination = durable::destination(&self.path);
         let live = Live {
             weights: named_variables(self.vs),
-            // SAFETY: the guard holds these borrows for 'a and clears
-            // `live` in its drop, before 'a can end. One hole: a guard
-            // leaked with `mem::forget` never clears it, and a `steps`
-            // loop made later on this thread would reach a dangling
-            // optimizer (the macros never leak a guard; a hand-held one
-            // naming an optimizer or a run state must not be forgotten).
-            optimizer: self.optimizer.map(|o| unsafe {
-                Borrowed::new(std::mem::transmute::<
-                    NonNull<dyn Optimizer + 'a>,
-                    NonNull<dyn Optimizer + 'static>,
-                >(NonNull::from(o.0)))
-            }),
-            // SAFETY: as above.
-            user: self.state.map(|s| unsafe {
-                Borrowed::new(std::mem::transmute::<
-                    NonNull<dyn Persist + 'a>,
-                    NonNull<dyn Persist + 'static>,
-                >(NonNull::from(s)))
-            }),
+            optimizer: self.optimizer.clone(),
+            user: self.state.clone(),
             path: self.path.clone(),
             destination: destination.clone(),
         };
@@ -361,8 +344,8 @@ impl<'a> Scope for Checkpoint<'a> {
         open::open(&run);
         Ok(CheckpointGuard {
             vs: self.vs,
-            optimizer: self.optimizer,
-            state: self.state,
+            optimizer: self.optimizer.clone(),
+            state: self.state.clone(),
             path: self.path.clone(),
             destination,
             run,

@@ -4,7 +4,7 @@
 //! writer.
 
 use std::path::PathBuf;
-use std::ptr::NonNull;
+use std::sync::Arc;
 
 use tch::Tensor;
 
@@ -16,55 +16,14 @@ use crate::durable::Turn;
 use crate::optim::Optimizer;
 use crate::scopes::deadline::DeadlineExcluded;
 
-/// A borrow of the guard's (an optimizer, a run state) with its lifetime
-/// erased, so that a `steps` loop reaches it through the thread's open
-/// checkpoints.
-pub(super) struct Borrowed<T: ?Sized + 'static>(NonNull<T>);
-
-// SAFETY: made only of a run state (`Sync`, so its borrow is `Send` and
-// `Sync`) and of an optimizer, whose borrow moves with its task and is used
-// by one thread at a time (see `OptimizerRef`).
-unsafe impl<T: ?Sized> Send for Borrowed<T> {}
-// SAFETY: as above.
-unsafe impl<T: ?Sized> Sync for Borrowed<T> {}
-
-impl<T: ?Sized + 'static> Borrowed<T> {
-    /// # Safety
-    /// The referent must outlive every use of [`get`](Self::get): the
-    /// guard that holds the borrow clears `Boundaries::live` (under its
-    /// lock) before its borrow ends.
-    pub(super) unsafe fn new(r: NonNull<T>) -> Self {
-        Self(r)
-    }
-
-    pub(super) fn get(&self) -> &T {
-        // SAFETY: see `new`: alive while `live` holds it.
-        unsafe { self.0.as_ref() }
-    }
-}
-
-/// The optimizer a checkpoint names, as its scope value and guard hold it.
-#[derive(Clone, Copy)]
-pub(super) struct OptimizerRef<'a>(pub &'a dyn Optimizer);
-
-// SAFETY: tch's tensors are `Send` and not `Sync`, so neither is an
-// optimizer, nor a borrow of one: safe code can't hand `&opt` to another
-// thread. The checkpoint's value and guard move with the task they belong
-// to (so that the macros' future stays `Send`, as it was before a
-// checkpoint could name an optimizer), and call the optimizer only on the
-// thread that polls the task or drops the guard: one thread at a time. A
-// body that steps the optimizer captures the borrow itself, which makes
-// its future `!Send` anyway.
-unsafe impl Send for OptimizerRef<'_> {}
-// SAFETY: as above: shared only with the task's own polls.
-unsafe impl Sync for OptimizerRef<'_> {}
-
 /// What a boundary reads of the live run: set while the guard lives.
 pub(super) struct Live {
     /// The VarStore's variables (shallow: the same storage).
     pub weights: Vec<(String, Tensor)>,
-    pub optimizer: Option<Borrowed<dyn Optimizer>>,
-    pub user: Option<Borrowed<dyn Persist>>,
+    /// Handles shared with the optimizer and the run state: nothing
+    /// here can outlive what it reads.
+    pub optimizer: Option<Arc<dyn Optimizer>>,
+    pub user: Option<Arc<dyn Persist>>,
     pub path: PathBuf,
     /// The path as the order of the saves knows it (`durable::Turn`).
     pub destination: PathBuf,
@@ -220,10 +179,10 @@ fn take(
     let step_tensor = Tensor::f_from_slice(&[step]).map_err(|e| e.to_string())?;
     tensors.push((state::STEP.to_owned(), step_tensor));
     match &live.optimizer {
-        Some(o) => o.get().state_into(&mut optimizer),
+        Some(o) => o.state_into(&mut optimizer),
         None => optimizer.clear(),
     }
-    let user = live.user.as_ref().map(Borrowed::get);
+    let user = live.user.as_deref();
     tensors.extend(state::capture_rest(user)?);
     Ok(Snapshot {
         step,

@@ -4,7 +4,7 @@
 //! file, and how each is put back on `resume`.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -49,12 +49,12 @@ pub(super) const RNG: &str = "__tch_scope_rng__.";
 /// # std::fs::remove_file(&path).unwrap();
 /// ```
 #[derive(Debug, Default)]
-pub struct RunState<T>(Mutex<T>);
+pub struct RunState<T>(Arc<Mutex<T>>);
 
 impl<T> RunState<T> {
     /// A cell holding `value` (a fresh run's state).
-    pub const fn new(value: T) -> Self {
-        Self(Mutex::new(value))
+    pub fn new(value: T) -> Self {
+        Self(Arc::new(Mutex::new(value)))
     }
 
     /// A copy of the value.
@@ -90,23 +90,36 @@ impl<T> RunState<T> {
         f(&mut lock(&self.0))
     }
 
-    /// The value, the cell consumed.
-    pub fn into_inner(self) -> T {
-        self.0
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The value, the cell consumed (a copy while a checkpoint still
+    /// shares the cell).
+    pub fn into_inner(self) -> T
+    where
+        T: Clone,
+    {
+        match Arc::try_unwrap(self.0) {
+            Ok(cell) => cell
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            Err(shared) => lock(&shared).clone(),
+        }
     }
 }
 
 /// What the checkpoint needs of a [`RunState`], without its type.
-pub(super) trait Persist: Sync {
+pub(super) trait Persist: Send + Sync {
     fn to_json(&self) -> Result<String, String>;
     /// Replaces the value with `json`'s; with `commit` false, only checks
     /// that it would.
     fn load_json(&self, json: &str, commit: bool) -> Result<(), String>;
+    /// A second handle to the same cell, for the checkpoint to keep.
+    fn handle(&self) -> Arc<dyn Persist>;
 }
 
-impl<T: Serialize + DeserializeOwned + Send> Persist for RunState<T> {
+impl<T: Serialize + DeserializeOwned + Send + 'static> Persist for RunState<T> {
+    fn handle(&self) -> Arc<dyn Persist> {
+        Arc::new(Self(Arc::clone(&self.0)))
+    }
+
     fn to_json(&self) -> Result<String, String> {
         serde_json::to_string(&*lock(&self.0)).map_err(|e| format!("the run state: {e}"))
     }
