@@ -20,8 +20,9 @@
 //!   arrival (default `--deadline-ms`). docs/serving.md has the status
 //!   table; every answer carries an `x-request-id`.
 //! - `GET /metrics` (Prometheus text), `GET /healthz` (stuck or gone
-//!   workers: 503), `GET /readyz` (200 once every worker has run the
-//!   model once).
+//!   workers: 503, with the reason), `GET /readyz` (200 once every worker
+//!   has run the model once, 503 once one has ended). When the last worker
+//!   ends, `/predict` answers 503 at once, queued requests too.
 //! - With `--debug`: `GET /debug/workers` (each worker's grad mode,
 //!   inference mode and the model's modes, at its start and now),
 //!   `POST /debug/pause` and `POST /debug/resume` (hold every worker, so
@@ -37,7 +38,9 @@
 //! kernel's backlog), a request head must arrive within
 //! `--header-timeout-s` of its first byte, a connection with no request
 //! for `--idle-timeout-s` is closed, a body must arrive within
-//! `--body-timeout-s`. SIGTERM or SIGINT stops accepting, finishes the
+//! `--body-timeout-s`, and a connection whose answer makes no write
+//! progress for `--write-timeout-s` (a client that does not read it) is
+//! closed. SIGTERM or SIGINT stops accepting, finishes the
 //! requests in flight and exits within `--shutdown-timeout-s`; a second
 //! signal exits at once.
 //!
@@ -63,6 +66,17 @@
 
 #[path = "common/floats.rs"]
 mod floats;
+
+#[path = "serve/batched.rs"]
+mod batched;
+#[path = "serve/connections.rs"]
+mod connections;
+#[path = "serve/controls.rs"]
+mod controls;
+
+use batched::{BatchEngine, Batched, close_batcher};
+use connections::{Limits, serve_connection};
+use controls::{Control, ControlTicket, Controls, Ran, Registered, WORKER_NAME, batched_forward};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -197,6 +211,11 @@ struct Args {
     /// than 0, at most 86400).
     #[arg(long = "body-timeout-s", value_name = "S", default_value = "30", value_parser = seconds)]
     body_timeout: Duration,
+    /// Seconds an answer's write may make no progress (the client reads
+    /// none of it) before its connection is closed (fractions allowed; more
+    /// than 0, at most 86400).
+    #[arg(long = "write-timeout-s", value_name = "S", default_value = "30", value_parser = seconds)]
+    write_timeout: Duration,
     /// Connections served at once, 1 to 1048576; the rest wait in the
     /// kernel's backlog.
     // Shutdown takes back every permit in one `acquire_many(u32)`; a
@@ -251,17 +270,9 @@ impl Args {
         Limits {
             header: self.header_timeout,
             idle: self.idle_timeout,
+            write: self.write_timeout,
         }
     }
-}
-
-/// A connection's clocks (see [`ConnClock`]).
-#[derive(Debug, Clone, Copy)]
-struct Limits {
-    /// From a request head's first byte to its last.
-    header: Duration,
-    /// With no request in flight and no byte of a new one.
-    idle: Duration,
 }
 
 /// The default `--workers`: one per core.
@@ -377,6 +388,27 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         error_response(&self, None)
     }
+}
+
+/// 503: no worker is left to run the model (every one ended).
+fn no_worker() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no model worker is running (every worker ended; /healthz says so)",
+    )
+}
+
+/// 503: `limit` (`--queue`) requests already wait for a worker.
+fn queue_full(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("the queue is full ({limit} requests waiting)"),
+    )
+}
+
+/// 503 for a debug route whose job found no room in the queue in time.
+fn queue_stayed_full() -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the queue stayed full")
 }
 
 /// `{"error": …}`, with `"request_id"` where the route gives requests one.
@@ -812,6 +844,9 @@ struct Slot {
 struct Workers {
     epoch: Instant,
     slots: Vec<Slot>,
+    /// Counts the workers gone: handlers waiting for a worker watch it, to
+    /// answer at once when none is left.
+    gone: watch::Sender<usize>,
 }
 
 impl Workers {
@@ -825,6 +860,7 @@ impl Workers {
                     warmed: AtomicBool::new(false),
                 })
                 .collect(),
+            gone: watch::Sender::new(0),
         }
     }
 
@@ -832,10 +868,25 @@ impl Workers {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// Sets a worker's phase; `Gone` is for good (a worker marked gone
+    /// by its request's handler stays so whatever its thread does next).
     fn set(&self, worker: usize, phase: Phase) {
         let s = &self.slots[worker];
         s.since_ms.store(self.now_ms(), Ordering::Relaxed);
-        s.phase.store(phase as u8, Ordering::Relaxed);
+        let gone = Phase::Gone as u8;
+        let was = s
+            .phase
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| {
+                (p != gone).then_some(phase as u8)
+            });
+        if phase == Phase::Gone && was.is_ok() {
+            self.gone.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Changes each time a worker is marked gone.
+    fn subscribe(&self) -> watch::Receiver<usize> {
+        self.gone.subscribe()
     }
 
     fn phase(&self, worker: usize) -> (Phase, Duration) {
@@ -852,6 +903,15 @@ impl Workers {
         (0..self.slots.len())
             .filter(|&i| self.phase(i).0 != Phase::Gone)
             .count()
+    }
+}
+
+/// A job's place under `--queue` in the pool's queue ([`App::reserve`]).
+struct Place<'a>(&'a AtomicUsize);
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -1118,7 +1178,9 @@ fn worker_loop(w: WorkerCtx) {
                 if matches!(fault, Some(Fault::Die)) {
                     // Gone before the client hears: /healthz says so at once.
                     workers.set(id, Phase::Gone);
-                    drop(reply);
+                    let _ = reply.send(Err(ApiError::internal(format!(
+                        "worker {id} ended while running the request"
+                    ))));
                     panic!("worker {id} ended by x-debug-fault: die");
                 }
                 workers.set(id, Phase::Idle);
@@ -1159,577 +1221,7 @@ fn worker_loop(w: WorkerCtx) {
     }
 }
 
-// ---- the batched server ----------------------------------------------------
-
-/// The tch-scope server with `--max-batch` above 1: each request goes to a
-/// [`Batcher`] (captured in the handler's scopes, by its deadline), whose
-/// `--workers` threads (`model-worker-N`) are the model's workers. The
-/// debug routes, the warm-up and `x-debug-fault` reach those threads as
-/// control requests: one input, a 0-dim `int64` tensor naming a
-/// [`Control`] (never batched: it has no dim 0). A request's own input is
-/// always `float`, so it is never taken for one.
-struct Batched {
-    engine: Arc<BatchEngine>,
-    controls: Arc<Controls>,
-    /// `--queue`: requests waiting for a worker; one more gets 503.
-    queue: usize,
-    /// The warm-up requests' tickets (dropping one would cancel it).
-    _warm_ups: Vec<BatchTicket>,
-}
-
-/// The batcher over the model's kind.
-enum BatchEngine {
-    Module(Batcher<CModule>),
-    Package(Batcher<Package>),
-}
-
-impl BatchEngine {
-    fn submit_in(
-        &self,
-        ctx: Context,
-        inputs: Vec<Tensor>,
-        deadline: Option<Instant>,
-    ) -> BatchTicket {
-        match self {
-            Self::Module(b) => b.submit_in(ctx, inputs, deadline),
-            Self::Package(b) => b.submit_in(ctx, inputs, deadline),
-        }
-    }
-
-    fn queued(&self) -> usize {
-        match self {
-            Self::Module(b) => b.queued(),
-            Self::Package(b) => b.queued(),
-        }
-    }
-
-    fn stats(&self) -> batch::BatchStats {
-        match self {
-            Self::Module(b) => b.stats(),
-            Self::Package(b) => b.stats(),
-        }
-    }
-}
-
-/// What a control request makes the worker that takes it do.
-enum Control {
-    /// The warm-up forward, once per worker (each waits at the meeting,
-    /// bounded, so that every worker takes one).
-    WarmUp {
-        meeting: Arc<Meeting>,
-        shape: Vec<i64>,
-    },
-    /// `/debug/workers`: as [`Job::Check`].
-    Check {
-        meeting: Arc<Meeting>,
-        reply: tokio::sync::mpsc::UnboundedSender<Result<WorkerReport, String>>,
-    },
-    /// `/debug/pause`: holds the worker until the gate opens.
-    Pause(Arc<Gate>),
-    /// `x-debug-fault` on a request (the control is its second input):
-    /// done before its forward. `died` hears which worker a `die` ended.
-    Fault {
-        fault: Fault,
-        died: Option<oneshot::Sender<usize>>,
-    },
-}
-
-/// What the batcher's forward shares with the routes.
-struct Controls {
-    next: AtomicI64,
-    ops: Mutex<HashMap<i64, Control>>,
-    workers: Arc<Workers>,
-    /// Each worker's state at its first control request (the warm-up or
-    /// a check; both are submitted from a thread with no scope open).
-    at_start: Vec<OnceLock<Result<ThreadState, String>>>,
-    /// Each worker's model forwards (a batch counts once).
-    jobs: Vec<AtomicU64>,
-    /// `--intra-op-threads`, set on each worker's own thread.
-    threads: i32,
-    /// Where a worker ended by `x-debug-fault: die` waits (never taking a
-    /// request again) until shutdown opens it.
-    graveyard: Gate,
-    /// `--debug`: each request's forward adds a [`Ran`] output.
-    debug: bool,
-    /// The next forward's number in its [`Ran`] (`--debug` only).
-    forwards: AtomicI64,
-}
-
-/// What a request's forward in the batched server ran in (`--debug`
-/// only), read on the worker inside the forward, so inside the batch's
-/// context: the forward's number (one per model forward, a batch of
-/// requests or one alone, never reused) and the grad and inference modes.
-/// The forward returns it as one more output, `int64` `[rows, 3]` (each
-/// row `[forward, grad_mode, inference_mode]`), which the batcher splits
-/// back by rows like the model's output; the handler takes it off and
-/// answers it as headers (`x-debug-batch`, `x-debug-grad-mode`,
-/// `x-debug-inference-mode`).
-#[derive(Debug, Clone, Copy)]
-struct Ran {
-    batch: i64,
-    grad_mode: bool,
-    inference_mode: bool,
-}
-
-impl Ran {
-    /// This thread's modes now, under a new forward number.
-    fn here(forwards: &AtomicI64) -> Ran {
-        Ran {
-            batch: forwards.fetch_add(1, Ordering::Relaxed),
-            grad_mode: is_grad_enabled(),
-            inference_mode: is_inference_mode_enabled(),
-        }
-    }
-
-    /// The output that carries it: `rows` equal rows.
-    fn output(self, rows: i64) -> Result<Tensor, TchError> {
-        let row = [
-            self.batch,
-            i64::from(self.grad_mode),
-            i64::from(self.inference_mode),
-        ];
-        Tensor::f_from_slice(&row)?
-            .f_view([1, 3])?
-            .f_expand([rows, 3], false)
-    }
-
-    /// A request's part of that output (its first row).
-    fn read(t: &Tensor) -> Result<Ran, TchError> {
-        let at = |k: i64| t.f_int64_value(&[0, k]);
-        Ok(Ran {
-            batch: at(0)?,
-            grad_mode: at(1)? != 0,
-            inference_mode: at(2)? != 0,
-        })
-    }
-
-    /// Its answer headers.
-    fn headers(self, h: &mut HeaderMap) {
-        h.insert("x-debug-batch", HeaderValue::from(self.batch));
-        let flag = |b: bool| HeaderValue::from_static(if b { "true" } else { "false" });
-        h.insert("x-debug-grad-mode", flag(self.grad_mode));
-        h.insert("x-debug-inference-mode", flag(self.inference_mode));
-    }
-}
-
-thread_local! {
-    /// This batcher thread's worker number, once known.
-    static WORKER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
-}
-
-/// The batcher's thread names: `model-worker-N`, as the pool's.
-const WORKER_NAME: &str = "model-worker";
-
-impl Controls {
-    /// Registers `op`; the marker tensor that names it.
-    fn add(&self, op: Control) -> Result<(i64, Tensor), TchError> {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let marker = Tensor::f_scalar_tensor(id, (Kind::Int64, Device::Cpu))?;
-        self.lock().insert(id, op);
-        Ok((id, marker))
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Control>> {
-        self.ops.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The control `t` names, if `t` is a marker and the control is still
-    /// registered (taken once).
-    fn take(&self, t: &Tensor) -> Option<Control> {
-        if t.dim() != 0 || t.f_kind().ok() != Some(Kind::Int64) {
-            return None;
-        }
-        let id = t.f_int64_value(&[]).ok()?;
-        self.lock().remove(&id)
-    }
-
-    /// This thread's worker number; on its first call, its intra-op
-    /// thread count is set.
-    fn worker(&self) -> usize {
-        WORKER.with(|w| {
-            if let Some(i) = w.get() {
-                return i;
-            }
-            tch::set_num_threads(self.threads);
-            let i = std::thread::current()
-                .name()
-                .and_then(|n| n.strip_prefix(WORKER_NAME)?.strip_prefix('-')?.parse().ok())
-                .unwrap_or(0usize)
-                .min(self.jobs.len() - 1);
-            w.set(Some(i));
-            i
-        })
-    }
-
-    fn record_start(&self, id: usize, m: &impl Model) {
-        self.at_start[id]
-            .get_or_init(|| m.training().and_then(state_with).map_err(|e| e.to_string()));
-    }
-
-    /// The model's forward, counted; a success marks the worker warmed.
-    fn run_model(
-        &self,
-        id: usize,
-        m: &impl Model,
-        xs: &[Tensor],
-    ) -> Result<Vec<Tensor>, ScopeError> {
-        let r = m.forward_batch(xs);
-        self.jobs[id].fetch_add(1, Ordering::Relaxed);
-        if r.is_ok() {
-            self.workers.slots[id].warmed.store(true, Ordering::Relaxed);
-        }
-        r
-    }
-
-    /// The model's forward for requests (a batch or one alone); with
-    /// `--debug`, its [`Ran`] after the model's outputs, as many rows as
-    /// the input has (one without a dim 0: such a request runs alone).
-    fn run_requests(
-        &self,
-        id: usize,
-        m: &impl Model,
-        xs: &[Tensor],
-    ) -> Result<Vec<Tensor>, ScopeError> {
-        if !self.debug {
-            return self.run_model(id, m, xs);
-        }
-        let ran = Ran::here(&self.forwards);
-        let mut ys = self.run_model(id, m, xs)?;
-        let rows = xs.first().and_then(|x| x.size().first().copied());
-        let info = ran
-            .output(rows.unwrap_or(1).max(1))
-            .map_err(|e| ScopeError::new("serve::debug", None, e.to_string()))?;
-        ys.push(info);
-        Ok(ys)
-    }
-
-    /// A control request on worker `id`.
-    fn control(&self, id: usize, m: &impl Model, op: Control) {
-        match op {
-            Control::WarmUp { meeting, shape } => {
-                self.record_start(id, m);
-                meeting.arrive(DEBUG_WAIT);
-                // As requests run: inside `inference_mode`.
-                let r = tch_scope::scoped!(inference_mode => {
-                    Tensor::f_zeros(shape.as_slice(), (Kind::Float, Device::Cpu))
-                        .map_err(|e| ScopeError::new(MODEL, None, e.to_string()))
-                        .and_then(|x| self.run_model(id, m, &[x]))
-                });
-                if let Err(e) = r {
-                    eprintln!(
-                        "serve: worker {id}: the warm-up forward on zeros of shape {shape:?} \
-                         failed ({}); ready after its first request",
-                        refused(e.reason()).message
-                    );
-                }
-                self.workers.set(id, Phase::Idle);
-            }
-            Control::Check { meeting, reply } => {
-                self.record_start(id, m);
-                if reply.is_closed() {
-                    meeting.cancel();
-                    return;
-                }
-                if !meeting.arrive(DEBUG_WAIT) {
-                    let _ = reply.send(Err(format!(
-                        "worker {id}: not every worker took a check within {DEBUG_WAIT:?}"
-                    )));
-                    return;
-                }
-                let now = m.training().and_then(state_with);
-                let report = match (self.at_start[id].get(), now) {
-                    (Some(Ok(a)), Ok(now)) => Ok(WorkerReport {
-                        worker: id,
-                        jobs: self.jobs[id].load(Ordering::Relaxed),
-                        at_start: a.clone(),
-                        now,
-                    }),
-                    (Some(Err(e)), _) => Err(format!("worker {id} at its start: {e}")),
-                    (_, Err(e)) => Err(format!("worker {id}: {e}")),
-                    (None, _) => Err(format!("worker {id}: no state at its start")),
-                };
-                let _ = reply.send(report);
-            }
-            Control::Pause(gate) => {
-                self.workers.set(id, Phase::Paused);
-                gate.hold();
-                self.workers.set(id, Phase::Idle);
-            }
-            // A fault comes as a request's second input, not alone.
-            Control::Fault { .. } => {}
-        }
-    }
-}
-
-/// Busy while it lives (a forward, a fault's sleep); idle after, unless
-/// the worker is gone.
-struct Busy<'a> {
-    workers: &'a Workers,
-    id: usize,
-}
-
-impl<'a> Busy<'a> {
-    fn new(workers: &'a Workers, id: usize) -> Self {
-        workers.set(id, Phase::Busy);
-        Self { workers, id }
-    }
-}
-
-impl Drop for Busy<'_> {
-    fn drop(&mut self) {
-        if self.workers.phase(self.id).0 != Phase::Gone {
-            self.workers.set(self.id, Phase::Idle);
-        }
-    }
-}
-
-/// The batcher's forward: a control request, a request with a fault, or
-/// a batch of requests (their inputs concatenated along dim 0).
-fn batched_forward(c: &Controls, m: &impl Model, xs: &[Tensor]) -> Result<Vec<Tensor>, ScopeError> {
-    let id = c.worker();
-    match xs {
-        [ctl] if ctl.dim() == 0 => {
-            if let Some(op) = c.take(ctl) {
-                c.control(id, m, op);
-                return Ok(Vec::new());
-            }
-            let _busy = Busy::new(&c.workers, id);
-            c.run_requests(id, m, xs)
-        }
-        [x, ctl] if ctl.dim() == 0 => {
-            let _busy = Busy::new(&c.workers, id);
-            if let Some(Control::Fault { fault, died }) = c.take(ctl) {
-                match fault {
-                    Fault::Panic(message) => panic!("{message}"),
-                    Fault::Sleep(d) => std::thread::sleep(d),
-                    Fault::Die => {
-                        // Gone before the client hears: /healthz says so
-                        // at once; the thread takes nothing more.
-                        c.workers.set(id, Phase::Gone);
-                        if let Some(tx) = died {
-                            let _ = tx.send(id);
-                        }
-                        c.graveyard.hold();
-                        return Err(ScopeError::new("serve::worker", None, "the worker is gone"));
-                    }
-                }
-            }
-            c.run_requests(id, m, std::slice::from_ref(x))
-        }
-        _ => {
-            let _busy = Busy::new(&c.workers, id);
-            c.run_requests(id, m, xs)
-        }
-    }
-}
-
-/// Removes a request's fault from the registry when the request ends
-/// (taken or not).
-struct Registered<'a>(&'a Controls, Option<i64>);
-
-impl Drop for Registered<'_> {
-    fn drop(&mut self) {
-        if let Some(id) = self.1 {
-            self.0.lock().remove(&id);
-        }
-    }
-}
-
-impl Batched {
-    /// Starts the batcher over `served` and queues each worker's warm-up.
-    fn start<M: Model + Servable + Send + Sync + 'static>(
-        served: Inference<M>,
-        args: &Args,
-        workers: Arc<Workers>,
-        wrap: fn(Batcher<M>) -> BatchEngine,
-    ) -> Result<Batched, String> {
-        let n = args.workers;
-        let controls = Arc::new(Controls {
-            next: AtomicI64::new(0),
-            ops: Mutex::new(HashMap::new()),
-            workers,
-            at_start: (0..n).map(|_| OnceLock::new()).collect(),
-            jobs: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            threads: args.intra_op_threads,
-            graveyard: Gate::default(),
-            debug: args.debug,
-            forwards: AtomicI64::new(0),
-        });
-        let options = BatchOptions::new()
-            .max_batch(args.max_batch)
-            .max_delay(args.max_delay)
-            .workers(n)
-            .name(WORKER_NAME);
-        let c = Arc::clone(&controls);
-        let batcher = Batcher::new(Arc::new(served), options, move |m: &M, xs: &[Tensor]| {
-            batched_forward(&c, m, xs)
-        })
-        .map_err(|e| format!("cannot start the batcher: {e}"))?;
-        let mut b = Batched {
-            engine: Arc::new(wrap(batcher)),
-            controls,
-            queue: args.queue,
-            _warm_ups: Vec::with_capacity(n),
-        };
-        match &args.warmup_shape {
-            Some(shape) => {
-                let meeting = Arc::new(Meeting::new(n));
-                for _ in 0..n {
-                    let op = Control::WarmUp {
-                        meeting: Arc::clone(&meeting),
-                        shape: shape.clone(),
-                    };
-                    // Its answer is not waited for: the worker's phase and
-                    // `warmed` say how it went.
-                    let ticket = b.control(op).map_err(|e| e.message)?;
-                    b._warm_ups.push(ticket);
-                }
-            }
-            None => (0..n).for_each(|i| b.controls.workers.set(i, Phase::Idle)),
-        }
-        Ok(b)
-    }
-
-    /// Submits a control request (from a thread with no scope open); its
-    /// ticket must be kept until it is taken.
-    fn control(&self, op: Control) -> Result<BatchTicket, ApiError> {
-        let (_, marker) = self
-            .controls
-            .add(op)
-            .map_err(|e| ApiError::internal(format!("cannot build a control request: {e}")))?;
-        Ok(self
-            .engine
-            .submit_in(Context::capture(), vec![marker], None))
-    }
-
-    /// One request through the batcher, in `ctx` (the handler's scopes),
-    /// by `deadline`; a client that goes drops the ticket, and with it the
-    /// request if no worker has taken it. `grad`: `ctx` has grad mode on
-    /// (`x-debug-grad: on`), so the input is built outside the handler's
-    /// `inference_mode`: an inference tensor cannot be saved for backward,
-    /// and a request computed alone gets its input as it is.
-    async fn predict(
-        &self,
-        ctx: Context,
-        deadline: Instant,
-        input: Input,
-        fault: Option<Fault>,
-        grad: bool,
-    ) -> Result<Output, ApiError> {
-        if self.controls.workers.live() == 0 {
-            return Err(ApiError::internal("no model worker is running"));
-        }
-        let waiting = self.engine.queued();
-        if waiting >= self.queue {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("the queue is full ({waiting} requests waiting)"),
-            ));
-        }
-        // The handler's deadline refuses operators past it: building the
-        // input then is the deadline's 504, not a server failure.
-        let late = |what: &str, e: Option<TchError>| match Instant::now()
-            .checked_duration_since(deadline)
-        {
-            Some(late) => ApiError::new(
-                StatusCode::GATEWAY_TIMEOUT,
-                format!("deadline passed {late:?} ago {what}"),
-            ),
-            None => ApiError::internal(format!(
-                "cannot build the input: {}",
-                e.map_or_else(String::new, |e| e.to_string())
-            )),
-        };
-        if Instant::now() >= deadline {
-            return Err(late("before the input", None));
-        }
-        let x = if grad {
-            tch_scope::scoped!(inference_mode(false) => input_tensor(&input))
-        } else {
-            input_tensor(&input)
-        };
-        let x = x.map_err(|e| {
-            if Instant::now() >= deadline {
-                late("building the input", None)
-            } else {
-                e
-            }
-        })?;
-        let (mut registered, mut died) = (Registered(&self.controls, None), None);
-        let inputs = match fault {
-            None => vec![x],
-            Some(fault) => {
-                let (tx, rx) = oneshot::channel();
-                let op = Control::Fault {
-                    fault,
-                    died: Some(tx),
-                };
-                let (id, marker) = self
-                    .controls
-                    .add(op)
-                    .map_err(|e| late("building the input", Some(e)))?;
-                registered.1 = Some(id);
-                died = Some(rx);
-                vec![x, marker]
-            }
-        };
-        let ticket = self.engine.submit_in(ctx, inputs, Some(deadline));
-        let answer = match died {
-            None => ticket.await,
-            Some(mut died) => tokio::select! {
-                a = ticket => a,
-                Ok(worker) = &mut died => {
-                    return Err(ApiError::internal(format!(
-                        "worker {worker} ended while running the request"
-                    )));
-                }
-            },
-        };
-        drop(registered);
-        let mut ys = answer.map_err(batch_error)?;
-        // `--debug`: the forward's last output is its `Ran`.
-        let ran = if self.controls.debug {
-            ys.pop().map(|t| Ran::read(&t))
-        } else {
-            None
-        };
-        let [y] = ys.as_slice() else {
-            return Err(ApiError::internal(format!(
-                "the model returned {} tensors, not one",
-                ys.len()
-            )));
-        };
-        let read = |what: &str, e: ApiError| {
-            if Instant::now() >= deadline {
-                late(what, None)
-            } else {
-                e
-            }
-        };
-        let ran = ran.transpose().map_err(|e| {
-            read(
-                "reading the debug output",
-                ApiError::internal(e.to_string()),
-            )
-        })?;
-        let mut out = read_output(y).map_err(|e| read("reading the output", e))?;
-        out.ran = ran;
-        Ok(out)
-    }
-}
-
-/// A request's `BatchError` as its answer: expired (never computed) or
-/// ended by its deadline 504, refused by the model 422, else 500.
-fn batch_error(e: BatchError) -> ApiError {
-    match e {
-        BatchError::Expired { .. } => ApiError::new(StatusCode::GATEWAY_TIMEOUT, e.to_string()),
-        BatchError::Failed(e) if e.is_ended() => e.into(),
-        BatchError::Failed(e) if e.scope() == MODEL => refused(e.reason()),
-        BatchError::Failed(e) => ApiError::internal(e.to_string()),
-        BatchError::Panicked(message) => ApiError::panicked("a model worker", message),
-        other => ApiError::internal(other.to_string()),
-    }
-}
+// ---- the batched server: examples/serve/batched.rs, controls.rs ----------
 
 // ---- the HTTP side ---------------------------------------------------------
 
@@ -1769,45 +1261,48 @@ impl App {
         format!("{:x}-{n}", std::process::id())
     }
 
-    /// Queues a job without waiting: 503 when the queue is full.
-    fn enqueue(&self, job: Job) -> Result<(), ApiError> {
-        self.depth.fetch_add(1, Ordering::Relaxed);
+    /// A place in the pool's queue: `depth` counted up only while under
+    /// `--queue` (one compare-and-swap: never past it, even for a moment),
+    /// given back if the job is not sent.
+    fn reserve(&self) -> Option<Place<'_>> {
+        self.depth
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| {
+                (d < self.queue).then_some(d + 1)
+            })
+            .ok()
+            .map(|_| Place(&self.depth))
+    }
+
+    /// Sends `job` in a place of its own: `Err(job)` when the queue is full.
+    fn try_enqueue(&self, job: Job) -> Result<Result<(), Job>, ApiError> {
+        let Some(place) = self.reserve() else {
+            return Ok(Err(job));
+        };
         match self.jobs.try_send(job) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.depth.fetch_sub(1, Ordering::Relaxed);
-                Err(match e {
-                    TrySendError::Full(_) => ApiError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        format!("the queue is full ({} requests waiting)", self.queue),
-                    ),
-                    TrySendError::Disconnected(_) => ApiError::internal("the workers are gone"),
-                })
+            Ok(()) => {
+                // The worker that takes the job gives the place back.
+                std::mem::forget(place);
+                Ok(Ok(()))
             }
+            // Not while `depth` counts every job sent and not yet taken;
+            // the place is given back either way.
+            Err(TrySendError::Full(job)) => Ok(Err(job)),
+            Err(TrySendError::Disconnected(_)) => Err(no_worker()),
         }
     }
 
-    /// Queues a job, waiting for a slot until `until` (debug routes).
+    /// Queues a job without waiting: 503 when the queue is full.
+    fn enqueue(&self, job: Job) -> Result<(), ApiError> {
+        self.try_enqueue(job)?.map_err(|_| queue_full(self.queue))
+    }
+
+    /// Queues a job, waiting for a place until `until` (debug routes).
     async fn enqueue_by(&self, mut job: Job, until: Instant) -> Result<(), ApiError> {
         loop {
-            self.depth.fetch_add(1, Ordering::Relaxed);
-            match self.jobs.try_send(job) {
+            match self.try_enqueue(job)? {
                 Ok(()) => return Ok(()),
-                Err(e) => {
-                    self.depth.fetch_sub(1, Ordering::Relaxed);
-                    match e {
-                        TrySendError::Full(j) if Instant::now() < until => job = j,
-                        TrySendError::Full(_) => {
-                            return Err(ApiError::new(
-                                StatusCode::SERVICE_UNAVAILABLE,
-                                "the queue stayed full",
-                            ));
-                        }
-                        TrySendError::Disconnected(_) => {
-                            return Err(ApiError::internal("the workers are gone"));
-                        }
-                    }
-                }
+                Err(_) if Instant::now() >= until => return Err(queue_stayed_full()),
+                Err(back) => job = back,
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
@@ -1819,7 +1314,7 @@ impl App {
         &self,
         job: Job,
         until: Instant,
-    ) -> Result<Option<BatchTicket>, ApiError> {
+    ) -> Result<Option<ControlTicket>, ApiError> {
         let Some(b) = &self.batched else {
             return self.enqueue_by(job, until).await.map(|()| None);
         };
@@ -1828,7 +1323,16 @@ impl App {
             Job::Pause(gate) => Control::Pause(gate),
             Job::Predict { .. } => return Err(ApiError::internal("a request is not a control")),
         };
-        b.control(op).map(Some)
+        b.control(op, until).await.map(Some)
+    }
+
+    /// Model workers running: the batcher's threads less those the server
+    /// knows are gone, or the pool's threads.
+    fn live(&self) -> usize {
+        match &self.batched {
+            Some(b) => b.live(),
+            None => self.workers.live(),
+        }
     }
 
     /// Requests waiting for a worker.
@@ -1847,7 +1351,7 @@ impl App {
         fault: Option<Fault>,
     ) -> Result<Output, ApiError> {
         if self.workers.live() == 0 {
-            return Err(ApiError::internal("no model worker is running"));
+            return Err(no_worker());
         }
         let (reply, answer) = oneshot::channel();
         self.enqueue(Job::Predict {
@@ -1856,9 +1360,15 @@ impl App {
             fault,
             reply,
         })?;
-        answer
-            .await
-            .map_err(|_| ApiError::internal("the worker dropped the request"))?
+        // A job is dropped unanswered when its worker ended running it, or
+        // when the last worker ended with it queued.
+        answer.await.map_err(|_| {
+            if self.workers.live() == 0 {
+                no_worker()
+            } else {
+                ApiError::internal("the worker dropped the request")
+            }
+        })?
     }
 
     /// From the first signal on: debug routes refuse, and paused workers
@@ -2003,8 +1513,30 @@ async fn metrics_route(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
+/// Why the server is short of model workers, if it is: every worker
+/// ended, or some (named where the server knows which: a batcher thread
+/// that ended before its first forward is only counted).
+fn workers_lost(app: &App) -> Option<String> {
+    let n = app.worker_count();
+    let live = app.live();
+    if live >= n {
+        return None;
+    }
+    let gone: Vec<usize> = (0..n)
+        .filter(|&i| app.workers.phase(i).0 == Phase::Gone)
+        .collect();
+    Some(if live == 0 {
+        format!("no model worker is running: all {n} ended (gone: {gone:?})")
+    } else {
+        format!(
+            "{} of {n} model workers ended (gone: {gone:?}); {live} running",
+            n - live
+        )
+    })
+}
+
 /// 200 while every worker is alive and none has been on one job longer
-/// than `--stuck-after-s`; 503 otherwise, naming them.
+/// than `--stuck-after-s`; 503 otherwise, naming them, with the reason.
 async fn healthz(State(app): State<Arc<App>>) -> Response {
     #[derive(Serialize)]
     struct Worker {
@@ -2015,6 +1547,8 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
     #[derive(Serialize)]
     struct Body {
         status: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
         stuck: Vec<usize>,
         gone: Vec<usize>,
         workers: Vec<Worker>,
@@ -2033,7 +1567,14 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
             for_s: for_.as_secs_f64(),
         });
     }
-    let ok = stuck.is_empty() && gone.is_empty();
+    let mut reasons: Vec<String> = workers_lost(&app).into_iter().collect();
+    if !stuck.is_empty() {
+        reasons.push(format!(
+            "workers {stuck:?} on one job for more than {} s",
+            app.stuck_after.as_secs_f64()
+        ));
+    }
+    let ok = reasons.is_empty() && gone.is_empty();
     json_response(
         if ok {
             StatusCode::OK
@@ -2042,6 +1583,7 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
         },
         &Body {
             status: if ok { "ok" } else { "unhealthy" },
+            reason: (!reasons.is_empty()).then(|| reasons.join("; ")),
             stuck,
             gone,
             workers: list,
@@ -2049,8 +1591,11 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
     )
 }
 
-/// 200 once every live worker has run the model once (its warm-up, or a
-/// request where the warm-up shape was refused); 503 before.
+/// 200 once every worker has run the model once (its warm-up, or a
+/// request where the warm-up shape was refused); 503 before, from the
+/// first shutdown signal on, and once a worker has ended (the server
+/// serves on with those left, but takes no new traffic while its
+/// `/healthz` asks for a restart), with the reason.
 async fn readyz(State(app): State<Arc<App>>) -> Response {
     let (mut live, mut warmed) = (0, 0);
     for (i, slot) in app.workers.slots.iter().enumerate() {
@@ -2059,14 +1604,30 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
             warmed += usize::from(slot.warmed.load(Ordering::Relaxed));
         }
     }
-    let ready = live > 0 && warmed == live && !app.stopping.load(Ordering::Relaxed);
+    let live = live.min(app.live());
+    let reason = if app.stopping.load(Ordering::Relaxed) {
+        Some("stopping".to_string())
+    } else if let Some(lost) = workers_lost(&app) {
+        Some(lost)
+    } else if warmed < live {
+        Some(format!(
+            "warming up: {warmed} of {live} workers have run the model"
+        ))
+    } else {
+        None
+    };
+    let ready = reason.is_none();
+    let mut body = serde_json::json!({ "ready": ready, "warmed": warmed, "workers": live });
+    if let Some(reason) = reason {
+        body["reason"] = reason.into();
+    }
     json_response(
         if ready {
             StatusCode::OK
         } else {
             StatusCode::SERVICE_UNAVAILABLE
         },
-        &serde_json::json!({ "ready": ready, "warmed": warmed, "workers": live }),
+        &body,
     )
 }
 
@@ -2129,15 +1690,21 @@ async fn workers_route(State(app): State<Arc<App>>) -> Response {
         server: &'static str,
         requests: u64,
         workers: Vec<WorkerReport>,
+        /// The batched server's control requests registered and not yet
+        /// taken (this route's own are all taken by now): 0 unless one
+        /// is on its way to a worker.
+        controls_pending: usize,
     }
     let server = if app.plain { "plain" } else { "tch-scope" };
     let requests = app.requests.load(Ordering::Relaxed);
+    let controls_pending = app.batched.as_ref().map_or(0, |b| b.controls.pending());
     json_response(
         StatusCode::OK,
         &Body {
             server,
             requests,
             workers,
+            controls_pending,
         },
     )
 }
@@ -2252,227 +1819,7 @@ fn install_metrics() -> Result<PrometheusHandle, String> {
     Ok(handle)
 }
 
-// ---- connections -----------------------------------------------------------
-
-/// "No time yet" in [`ConnClock`]'s millisecond fields.
-const UNSET: u64 = u64::MAX;
-
-/// One connection's clocks, in milliseconds since its accept. hyper's own
-/// `header_read_timeout` starts as soon as it waits for a head, between
-/// keep-alive requests too, so it would also be the idle timeout; these
-/// keep the two apart: the header clock starts at a head's first byte.
-struct ConnClock {
-    start: Instant,
-    in_flight: AtomicUsize,
-    /// When the last request ended (or the connection was accepted).
-    idle_since: AtomicU64,
-    /// The first byte of a request head not yet complete, or `UNSET`.
-    head_since: AtomicU64,
-}
-
-/// What a connection's clocks say now.
-enum Due {
-    /// Look again in this long.
-    Wait(Duration),
-    /// No request and no byte for the idle timeout.
-    Idle,
-    /// A head begun and not finished within the header timeout.
-    Header,
-}
-
-impl ConnClock {
-    fn new() -> Self {
-        Self {
-            start: Instant::now(),
-            in_flight: AtomicUsize::new(0),
-            idle_since: AtomicU64::new(0),
-            head_since: AtomicU64::new(UNSET),
-        }
-    }
-
-    fn ms(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(UNSET - 1)
-    }
-
-    /// Bytes came in: with no request in flight, a head has begun.
-    fn on_read(&self) {
-        if self.in_flight.load(Ordering::Relaxed) == 0
-            && self.head_since.load(Ordering::Relaxed) == UNSET
-        {
-            self.head_since.store(self.ms(), Ordering::Relaxed);
-        }
-    }
-
-    /// hyper called the service: the head is complete.
-    fn begin(&self) {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        self.head_since.store(UNSET, Ordering::Relaxed);
-    }
-
-    fn end(&self) {
-        self.idle_since.store(self.ms(), Ordering::Relaxed);
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    fn due(&self, limits: Limits) -> Due {
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(UNSET - 1);
-        if self.in_flight.load(Ordering::Relaxed) > 0 {
-            return Due::Wait(limits.header.min(limits.idle));
-        }
-        let now = self.ms();
-        let (since, limit, due) = match self.head_since.load(Ordering::Relaxed) {
-            UNSET => (
-                self.idle_since.load(Ordering::Relaxed),
-                limits.idle,
-                Due::Idle,
-            ),
-            head => (head, limits.header, Due::Header),
-        };
-        let at = since.saturating_add(ms(limit));
-        if now >= at {
-            due
-        } else {
-            // Nothing wakes the connection's loop when a head begins: a
-            // look at least once per header timeout sees each head in
-            // time to cut it off at its own deadline.
-            Due::Wait(Duration::from_millis(at - now).min(limits.header))
-        }
-    }
-}
-
-/// Ends a request on its connection's clock when the service's future
-/// ends, answered or dropped.
-struct InFlight(Arc<ConnClock>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.end();
-    }
-}
-
-/// The socket, telling its clock when bytes arrive.
-struct Watched {
-    tcp: TcpStream,
-    clock: Arc<ConnClock>,
-}
-
-impl AsyncRead for Watched {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let r = Pin::new(&mut this.tcp).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            this.clock.on_read();
-        }
-        r
-    }
-}
-
-impl AsyncWrite for Watched {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
-    }
-}
-
-/// Serves one connection until it ends, its clocks run out, or the server
-/// stops: `stop` closes it once its request in flight is answered, `abort`
-/// (the shutdown bound) at once. The permit is its place under
-/// `--max-connections`.
-async fn serve_connection(
-    tcp: TcpStream,
-    router: Router,
-    limits: Limits,
-    mut stop: watch::Receiver<bool>,
-    mut abort: watch::Receiver<bool>,
-    _permit: OwnedSemaphorePermit,
-) {
-    let clock = Arc::new(ConnClock::new());
-    let io = TokioIo::new(Watched {
-        tcp,
-        clock: Arc::clone(&clock),
-    });
-    let tower = TowerToHyperService::new(router);
-    let tracked = Arc::clone(&clock);
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        tracked.begin();
-        let in_flight = InFlight(Arc::clone(&tracked));
-        let fut = hyper::service::Service::call(&tower, req);
-        async move {
-            let r = fut.await;
-            drop(in_flight);
-            r
-        }
-    });
-    let conn = hyper::server::conn::http1::Builder::new()
-        // The header clock is ours (see `ConnClock`).
-        .header_read_timeout(None)
-        .serve_connection(io, service);
-    let mut conn = std::pin::pin!(conn);
-    let mut closing = false;
-    loop {
-        let wait = match clock.due(limits) {
-            Due::Wait(d) => d,
-            Due::Idle => {
-                if !closing {
-                    metrics::counter!("serve_connections_closed_total", "reason" => "idle")
-                        .increment(1);
-                    // Closes at once when idle; else after the request
-                    // whose first bytes just came.
-                    conn.as_mut().graceful_shutdown();
-                    closing = true;
-                }
-                limits.idle
-            }
-            Due::Header => {
-                metrics::counter!("serve_connections_closed_total", "reason" => "header_timeout")
-                    .increment(1);
-                return;
-            }
-        };
-        tokio::select! {
-            // Errors are the client's (a reset, a bad request hyper
-            // answered itself): nothing to do but close.
-            _ = conn.as_mut() => return,
-            _ = stop.wait_for(|s| *s), if !closing => {
-                conn.as_mut().graceful_shutdown();
-                closing = true;
-            }
-            _ = abort.wait_for(|a| *a) => return,
-            () = tokio::time::sleep(wait) => {}
-        }
-    }
-}
+// ---- connections: examples/serve/connections.rs --------------------------
 
 /// The first SIGTERM or SIGINT sets `stop`; the next exits at once.
 fn watch_signals(stop: watch::Sender<bool>, bound: Duration) -> Result<(), String> {
@@ -2502,28 +1849,6 @@ fn watch_signals(stop: watch::Sender<bool>, bound: Duration) -> Result<(), Strin
         std::process::exit(code);
     });
     Ok(())
-}
-
-/// Drops the batcher (its workers finish what is queued, then end) and
-/// says, as the pool's shutdown does, that the model is back in its modes.
-fn close_batcher(engine: Arc<BatchEngine>) {
-    let Ok(engine) = Arc::try_unwrap(engine) else {
-        return;
-    };
-    match engine {
-        BatchEngine::Module(b) => {
-            let served = Arc::clone(b.served());
-            drop(b);
-            if let Ok(served) = Arc::try_unwrap(served) {
-                let model = served.into_inner();
-                let training = model.modes().map(|m| m.iter().filter(|t| **t).count());
-                println!(
-                    "stopped; the model is back in its saved modes ({training:?} modules training)"
-                );
-            }
-        }
-        BatchEngine::Package(b) => drop(b),
-    }
 }
 
 /// Whether `path` names an AOTInductor package (`.pt2`, any case) rather
