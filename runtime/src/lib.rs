@@ -190,6 +190,8 @@ mod tracing_span;
 
 #[cfg(feature = "distributed")]
 pub mod dist;
+#[cfg(feature = "serve")]
+pub mod serve;
 
 #[doc(hidden)]
 #[path = "private/mod.rs"]
