@@ -34,7 +34,7 @@ fi
 command -v python3 >/dev/null || die "python3 not found; install python3 (with venv and pip)"
 say "installing tritonclient[http]==$TRITONCLIENT numpy==$NUMPY from PyPI into $venv (once per machine)"
 rm -rf "$venv"
-mkdir -p "$cache"
+mkdir -p "$cache" || die "cannot create $cache; set XDG_CACHE_HOME to a writable folder"
 python3 -m venv "$venv" >&2 || die "python3 -m venv failed; on Debian: apt-get install python3-venv"
 "$py" -m pip install --quiet --disable-pip-version-check \
     "tritonclient[http]==$TRITONCLIENT" "numpy==$NUMPY" >&2 \

@@ -90,8 +90,14 @@ pub fn encode_outputs(
     let mut binary = Vec::new();
     let mut headers = Vec::with_capacity(outputs.len());
     for out in outputs {
-        let datatype = Datatype::from_kind(out.tensor.kind())
-            .map_err(|e| e.context(format!("output {:?}", out.name)))?;
+        let what = format!("output {:?}", out.name);
+        let (kind, shape) = out
+            .tensor
+            .f_kind()
+            // A defined tensor (its kind read) has a size.
+            .map(|k| (k, out.tensor.size()))
+            .map_err(|e| OipError::internal(format!("{what}: cannot read the tensor: {e}")))?;
+        let datatype = Datatype::from_kind(kind).map_err(|e| e.context(&what))?;
         let (parameters, data) = if out.binary {
             let n = append_bytes(out.tensor, datatype, &mut binary)?;
             let mut p = Map::new();
@@ -103,7 +109,7 @@ pub fn encode_outputs(
         headers.push(OutputHeader {
             name: out.name,
             datatype,
-            shape: out.tensor.size(),
+            shape,
             parameters,
             data,
         });
