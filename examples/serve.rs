@@ -617,8 +617,9 @@ fn debug_fault(headers: &HeaderMap) -> Result<Option<Fault>, ApiError> {
 /// `x-debug-grad` (`--debug` only): `on` captures the request's context
 /// with grad mode on and inference mode off (`inference_mode(false),
 /// enable_grad`) instead of the handler's `inference_mode`, so that it is
-/// never batched with the default requests; `off` (or no header) is the
-/// default.
+/// never batched with the default requests (the batched server also makes
+/// its input require grad: a request that asks for a graph, computed with
+/// grad mode, alone); `off` (or no header) is the default.
 fn debug_grad(headers: &HeaderMap) -> Result<bool, ApiError> {
     match headers.get("x-debug-grad").map(HeaderValue::to_str) {
         None => Ok(false),
@@ -1688,6 +1689,10 @@ async fn workers_route(State(app): State<Arc<App>>) -> Response {
     #[derive(Serialize)]
     struct Body {
         server: &'static str,
+        /// The batched server: each worker's state is read inside a
+        /// control request's forward, which the batcher runs in inference
+        /// mode (as it does any request that asks for no graph).
+        batched: bool,
         requests: u64,
         workers: Vec<WorkerReport>,
         /// The batched server's control requests registered and not yet
@@ -1702,6 +1707,7 @@ async fn workers_route(State(app): State<Arc<App>>) -> Response {
         StatusCode::OK,
         &Body {
             server,
+            batched: app.batched.is_some(),
             requests,
             workers,
             controls_pending,

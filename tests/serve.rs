@@ -301,17 +301,20 @@ fn error(v: &serde_json::Value) -> &str {
 }
 
 /// Every worker's state now is what it was at its start: grad mode on,
-/// inference mode off, the model all in eval mode, operators running.
+/// inference mode off (the batched server reads it inside a forward, which
+/// the batcher runs in inference mode: grad mode off, inference mode on),
+/// the model all in eval mode, operators running.
 fn assert_workers_as_before(addr: &str, workers: usize) {
     let (status, body) = http(addr, "GET", "/debug/workers", &[], b"");
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let list = v["workers"].as_array().expect("workers");
     assert_eq!(list.len(), workers, "{v}");
+    let batched = v["batched"].as_bool().expect("batched");
     for w in list {
         assert_eq!(w["at_start"], w["now"], "{w}");
-        assert_eq!(w["now"]["grad_mode"], true, "{w}");
-        assert_eq!(w["now"]["inference_mode"], false, "{w}");
+        assert_eq!(w["now"]["grad_mode"], !batched, "{w}");
+        assert_eq!(w["now"]["inference_mode"], batched, "{w}");
         assert_eq!(w["now"]["ops_ok"], true, "{w}");
         let modes = w["now"]["model_training"].as_array().expect("modes");
         assert!(!modes.is_empty() && modes.iter().all(|m| m == false), "{w}");
@@ -1231,10 +1234,12 @@ fn serves_a_pt2_package(plain: bool) {
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let list = v["workers"].as_array().expect("workers");
     assert_eq!(list.len() as u64, workers, "{v}");
+    // Batched (the tch-scope server), read inside the batcher's forward.
+    let batched = v["batched"].as_bool().expect("batched");
     for w in list {
         assert_eq!(w["at_start"], w["now"], "{w}");
-        assert_eq!(w["now"]["grad_mode"], true, "{w}");
-        assert_eq!(w["now"]["inference_mode"], false, "{w}");
+        assert_eq!(w["now"]["grad_mode"], !batched, "{w}");
+        assert_eq!(w["now"]["inference_mode"], batched, "{w}");
         assert_eq!(w["now"]["ops_ok"], true, "{w}");
         assert_eq!(w["now"]["model_training"], serde_json::json!([]), "{w}");
     }

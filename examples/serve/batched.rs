@@ -184,8 +184,9 @@ impl Batched {
     /// by `deadline`; a client that goes drops the ticket, and with it the
     /// request if no worker has taken it. `grad`: `ctx` has grad mode on
     /// (`x-debug-grad: on`), so the input is built outside the handler's
-    /// `inference_mode`: an inference tensor cannot be saved for backward,
-    /// and a request computed alone gets its input as it is.
+    /// `inference_mode` (an inference tensor cannot be saved for backward)
+    /// and requires grad: the request asks the batcher for a graph, and is
+    /// computed with grad mode, alone, its input as it is.
     pub(super) async fn predict(
         &self,
         ctx: Context,
@@ -214,8 +215,16 @@ impl Batched {
         if Instant::now() >= deadline {
             return Err(late("before the input", None));
         }
+        // A request that asks for a graph (grad mode on and an input that
+        // requires grad) is computed with grad mode, alone; any other in
+        // the batcher's inference mode.
         let x = if grad {
-            tch_scope::scoped!(inference_mode(false) => input_tensor(&input))
+            tch_scope::scoped!(inference_mode(false) => {
+                input_tensor(&input).and_then(|mut x| {
+                    x.f_requires_grad_(true)
+                        .map_err(|e| ApiError::internal(format!("cannot build the input: {e}")))
+                })
+            })
         } else {
             input_tensor(&input)
         };
