@@ -90,6 +90,10 @@ fn a_rust_trained_model_is_served_from_four_threads_bitwise() {
     for t in threads {
         t.join().unwrap();
     }
+    // Given back as made: every replica in training mode again.
+    let replicas = Arc::into_inner(served).unwrap().into_inner().into_vec();
+    assert_eq!(replicas.len(), 4);
+    assert!(replicas.iter().all(WithMode::is_training));
 }
 
 /// One forward of the batcher: the replica that ran it, its input and
