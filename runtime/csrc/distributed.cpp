@@ -93,7 +93,8 @@ int32_t tch_scope_dist_has_backend(int32_t backend) {
 
 tch_scope_status tch_scope_dist_init(int32_t backend, const char* host, uint16_t port,
                                      int32_t rank, int32_t world_size, bool store_server,
-                                     int64_t timeout_ms, tch_scope_dist_group** out) {
+                                     const char* prefix, int64_t timeout_ms,
+                                     tch_scope_dist_group** out) {
   return tch_scope::guarded([&] {
     if (tch_scope_dist_has_backend(backend) == 0) {
       throw std::invalid_argument("this shim was built without the nccl backend");
@@ -110,8 +111,13 @@ tch_scope_status tch_scope_dist_init(int32_t backend, const char* host, uint16_t
     // As init_process_group + _new_process_group_helper for the first
     // (default) group: "default_pg", group name "0", device "cpu" (gloo)
     // or "cuda" (nccl).
-    c10::intrusive_ptr<c10d::Store> store =
-        c10::make_intrusive<c10d::PrefixStore>("default_pg", tcp);
+    c10::intrusive_ptr<c10d::Store> store = tcp;
+    // torchrun's agent store outlives a group it restarts: the keys of the
+    // attempt before (its ranks' addresses) would be read as this one's.
+    if (prefix != nullptr && prefix[0] != '\0') {
+      store = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
+    }
+    store = c10::make_intrusive<c10d::PrefixStore>("default_pg", store);
     store = c10::make_intrusive<c10d::PrefixStore>("0/", store);
 #ifdef TCH_SCOPE_NCCL
     if (backend == 1) {
@@ -188,7 +194,7 @@ extern "C" {
 int32_t tch_scope_dist_has_backend(int32_t) { return 0; }
 
 tch_scope_status tch_scope_dist_init(int32_t, const char*, uint16_t, int32_t, int32_t, bool,
-                                     int64_t, tch_scope_dist_group**) {
+                                     const char*, int64_t, tch_scope_dist_group**) {
   return tch_scope::guarded([] {
     throw std::runtime_error(
         "tch-scope was built without gloo's headers; run scripts/bootstrap-gloo.sh (or set "

@@ -18,10 +18,12 @@ int32_t tch_scope_dist_has_backend(int32_t backend);
 // `store_server`), PrefixStore("default_pg") -> "0/" -> "cpu/", then
 // ProcessGroupGloo (backend 0), or "cuda/" and ProcessGroupNCCL (backend 1,
 // when built with it). Blocks until every rank has joined or `timeout_ms`
-// passes; the same timeout bounds every later collective.
+// passes; the same timeout bounds every later collective. A non-empty
+// `prefix` goes before "default_pg" (a restarted torchrun group's attempt).
 tch_scope_status tch_scope_dist_init(int32_t backend, const char* host, uint16_t port,
                                      int32_t rank, int32_t world_size, bool store_server,
-                                     int64_t timeout_ms, tch_scope_dist_group** out);
+                                     const char* prefix, int64_t timeout_ms,
+                                     tch_scope_dist_group** out);
 // Destroys the group, then the store. Cannot fail; null is a no-op.
 void tch_scope_dist_free(tch_scope_dist_group* group);
 

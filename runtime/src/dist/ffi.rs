@@ -19,6 +19,7 @@ unsafe extern "C" {
         rank: i32,
         world_size: i32,
         store_server: bool,
+        prefix: *const c_char,
         timeout_ms: i64,
         out: *mut *mut RawGroup,
     ) -> Status;

@@ -152,7 +152,10 @@ impl Distributed {
     /// `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` and optionally
     /// `LOCAL_RANK` (PyTorch's `init_method="env://"`). Under torchrun's
     /// agent store (`TORCHELASTIC_USE_AGENT_STORE=True`) every rank is a
-    /// store client, as in PyTorch.
+    /// store client, as in PyTorch; a group that torchrun restarted
+    /// (`TORCHELASTIC_RESTART_COUNT` ≥ 1) keys its entries under
+    /// `attempt_<n>/`, so it never reads the addresses of the attempt
+    /// before (every rank of a restarted group must be a tch-scope rank).
     ///
     /// ```no_run
     /// use tch_scope::Scope;
@@ -236,6 +239,8 @@ impl Distributed {
             ));
         }
         let host = CString::new(setup.host.as_str()).map_err(|_| err("NUL in host".into()))?;
+        let prefix =
+            CString::new(setup.prefix.as_str()).map_err(|_| err("NUL in prefix".into()))?;
         let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
         let mut raw = std::ptr::null_mut();
         // SAFETY: `host` outlives the call; `raw` receives a group we own.
@@ -250,6 +255,7 @@ impl Distributed {
                 setup.rank as i32,
                 setup.world_size as i32,
                 setup.store_server,
+                prefix.as_ptr(),
                 timeout_ms,
                 &mut raw,
             )
@@ -325,18 +331,21 @@ struct Setup {
     host: String,
     port: u16,
     store_server: bool,
+    /// Before PyTorch's own store prefixes: empty, or a restarted torchrun
+    /// group's attempt (see [`attempt_prefix`]).
+    prefix: String,
 }
 
 impl Setup {
     fn read(source: &Source) -> Result<Setup, String> {
-        let (rank, world_size, local_rank, host, port, agent_store) = match source {
+        let (rank, world_size, local_rank, host, port, agent_store, prefix) = match source {
             Source::Explicit {
                 rank,
                 world_size,
                 master,
             } => {
                 let (host, port) = split_master(master)?;
-                (*rank, *world_size, *rank, host, port, false)
+                (*rank, *world_size, *rank, host, port, false, String::new())
             }
             Source::FromEnv => {
                 let rank = env_number("RANK")?;
@@ -353,6 +362,7 @@ impl Setup {
                         .map_err(|_| "MASTER_PORT is not a port number (0..=65535)".to_owned())?,
                     // As torch.distributed.rendezvous._torchelastic_use_agent_store.
                     std::env::var("TORCHELASTIC_USE_AGENT_STORE").as_deref() == Ok("True"),
+                    attempt_prefix()?,
                 )
             }
         };
@@ -369,7 +379,32 @@ impl Setup {
             host,
             port,
             store_server: rank == 0 && !agent_store,
+            prefix,
         })
+    }
+}
+
+/// Under torchrun's agent store, the store prefix of a group that torchrun
+/// restarted: `"attempt_<n>/"` for `TORCHELASTIC_RESTART_COUNT` = n ≥ 1,
+/// else empty (the first attempt keys its group exactly as PyTorch does).
+///
+/// The agent's store outlives the worker groups it restarts, so without
+/// it the ranks of a restarted group read the Gloo addresses the dead
+/// attempt left and fail to connect ("connectFullMesh failed … Connection
+/// refused") — as PyTorch 2.13's own `init_process_group("gloo")` does
+/// under torchrun unless `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` gives each
+/// attempt a store of its own (then there is no agent store, and no prefix
+/// here). So every rank of a restarted group must be a tch-scope rank.
+fn attempt_prefix() -> Result<String, String> {
+    if std::env::var("TORCHELASTIC_USE_AGENT_STORE").as_deref() != Ok("True") {
+        return Ok(String::new());
+    }
+    match std::env::var("TORCHELASTIC_RESTART_COUNT") {
+        Ok(_) => match env_number("TORCHELASTIC_RESTART_COUNT")? {
+            0 => Ok(String::new()),
+            n => Ok(format!("attempt_{n}/")),
+        },
+        Err(_) => Ok(String::new()),
     }
 }
 

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use tch::nn::VarStore;
 
-use super::file::{named_variables, save};
+use super::file::named_variables;
 use super::log::Metrics;
 use super::open::{Run, close};
+use super::ranks::{self, Ranks};
 use super::state::{self, Persist};
 use super::writer::Snapshot;
 use crate::Outcome;
@@ -42,6 +43,8 @@ pub struct CheckpointGuard<'a> {
     pub(super) path: PathBuf,
     /// `path` as the order of the saves knows it (see `durable::Turn`).
     pub(super) destination: PathBuf,
+    /// Saved in parts, one per rank (see `ranks`).
+    pub(super) ranks: Option<Ranks>,
     pub(super) run: Arc<Run>,
     pub(super) save_on_failure: bool,
     /// How the body ended, when `Scope::exit` told it.
@@ -81,7 +84,7 @@ unsafe impl crate::process_wide::MovesWithTask for CheckpointGuard<'_> {}
 /// log.
 enum Contents {
     Boundary(Snapshot, Metrics),
-    Live(Vec<(String, tch::Tensor)>, Metrics),
+    Live(i64, Vec<(String, tch::Tensor)>, Metrics),
 }
 
 impl CheckpointGuard<'_> {
@@ -119,7 +122,7 @@ impl CheckpointGuard<'_> {
             self.optimizer.as_deref(),
             self.state.as_deref(),
         )?);
-        Ok(Some(Contents::Live(tensors, log.clone())))
+        Ok(Some(Contents::Live(step, tensors, log.clone())))
     }
 }
 
@@ -154,11 +157,13 @@ impl CheckpointGuard<'_> {
         // abort the process while a panic unwinds).
         let _unchecked = DeadlineExcluded::new();
         let saved = self.what_to_save().and_then(|what| match what {
-            Some(Contents::Boundary(snapshot, log)) => snapshot.save(&self.path, &turn, &log),
-            Some(Contents::Live(tensors, log)) => {
+            Some(Contents::Boundary(snapshot, log)) => {
+                snapshot.save(&self.path, self.ranks, &turn, &log)
+            }
+            Some(Contents::Live(step, tensors, log)) => {
                 let named: Vec<(&str, &tch::Tensor)> =
                     tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-                save(&self.path, &turn, &named, &log)
+                ranks::save(&self.path, self.ranks, step, &turn, &named, &log)
             }
             None => Ok(Replaced::Written),
         });

@@ -13,6 +13,7 @@ mod guard;
 mod log;
 mod open;
 mod progress;
+mod ranks;
 mod read;
 mod snapshot;
 mod state;
@@ -29,6 +30,7 @@ pub use steps::{Steps, steps};
 
 use file::{check_variables, copy_variables, named_variables};
 use open::{Run, close};
+use ranks::Ranks;
 use snapshot::{Boundaries, Live};
 use state::Persist;
 
@@ -109,6 +111,17 @@ const PREFIX: &str = "__tch_scope_metric__.";
 /// since the last periodic save that finished. [`Checkpoint::read`] reads
 /// the step, the metrics and the run state back without a scope.
 ///
+/// # Several ranks
+/// Entered inside a `distributed` scope of more than one rank (the same
+/// `path` on every rank), the checkpoint is saved in parts, one set per
+/// step: rank 0 writes the weights and the optimizer's state once, every
+/// rank its own generators' states, run state and metrics. A step counts
+/// as complete only when every rank's part of it is written; the last
+/// complete step is kept until a newer one is complete, and `resume`
+/// loads the newest step that all ranks completed (the ranks check with
+/// one collective that they agree), never one some rank lacks. See
+/// [`Checkpoint::complete_step`] and [`Checkpoint::part`] for the files.
+///
 /// # Exits
 /// The save runs with every deadline excluded: a `deadline` that has passed
 /// (perhaps the reason the body ended) refuses no operator of the save (the
@@ -135,8 +148,8 @@ const PREFIX: &str = "__tch_scope_metric__.";
 ///
 /// # Metrics
 /// The body appends metrics with [`log_metric`]`("loss", v)`: they go to the
-/// innermost open checkpoint of the thread (like [`current_device`]
-/// (crate::current_device) names the innermost device), so no handle has to
+/// innermost open checkpoint of the thread (like
+/// [`current_device`](crate::current_device) names the innermost device), so no handle has to
 /// be threaded through the body or through functions it calls — and
 /// `#[checkpoint(..)]` on a function works the same.
 ///
@@ -149,7 +162,7 @@ const PREFIX: &str = "__tch_scope_metric__.";
 /// with other tasks' (`join!`, `FuturesUnordered`, a `LocalSet`, a
 /// current-thread runtime), and the task may move between the threads of
 /// a multi-thread runtime: the macros' future is `Send`. Between two polls
-/// of a task, neither [`log_metric`] nor [`metrics`] on that thread sees
+/// of a task, neither [`log_metric`] nor [`metrics()`] on that thread sees
 /// its checkpoint. Likewise, with
 /// [`save_on_failure(false)`](Checkpoint::save_on_failure), an operator
 /// refused by a deadline counts against the checkpoint only if it was
@@ -158,7 +171,7 @@ const PREFIX: &str = "__tch_scope_metric__.";
 /// The log is saved in
 /// the *same* file as the weights, as f64 tensors named
 /// `__tch_scope_metric__.<name>`, so weights and metrics are replaced
-/// together, atomically; `resume` restores both, and [`metrics`] reads the
+/// together, atomically; `resume` restores both, and [`metrics()`] reads the
 /// log (e.g. to find the step to resume from). The file stays a plain
 /// VarStore file: `VarStore::load` reads it and ignores the metric tensors.
 /// The format follows the extension like `VarStore::save`: `.safetensors`
@@ -295,12 +308,25 @@ impl<'a> Checkpoint<'a> {
 impl<'a> Checkpoint<'a> {
     /// With `resume`, loads the file: the weights, the training state and
     /// the metric log; the step it holds (0 if none).
-    fn load(&self) -> Result<(Metrics, i64), ScopeError> {
-        if !(self.resume && self.path.exists()) {
+    fn load(&self, ranks: Option<Ranks>) -> Result<(Metrics, i64), ScopeError> {
+        let read = match ranks {
+            // Several ranks: the newest step all of them completed.
+            Some(r) if self.resume => {
+                ranks::read(&self.path, r, self.vs.device()).map_err(|e| self.error(e))?
+            }
+            // A fresh run of several ranks replaces what the folder holds.
+            Some(r) => {
+                ranks::forget(&self.path, r);
+                None
+            }
+            None if self.resume && self.path.exists() => {
+                Some(file::read(&self.path, self.vs.device()).map_err(|e| self.error(e))?)
+            }
+            _ => None,
+        };
+        let Some((mut tensors, log)) = read else {
             return Ok((Metrics::default(), 0));
-        }
-        let (mut tensors, log) =
-            file::read(&self.path, self.vs.device()).map_err(|e| self.error(e))?;
+        };
         let extras = state::split(&mut tensors).map_err(|e| self.error(e))?;
         check_variables(self.vs, &self.path, &tensors).map_err(|e| self.error(e))?;
         state::restore(&extras, self.optimizer.as_deref(), self.state.as_deref())
@@ -328,7 +354,8 @@ impl<'a> Scope for Checkpoint<'a> {
             return Err(self.error(format!("`every` must be at least 1 step, got {k}")));
         }
         let listener = stop::listen()?;
-        let (log, step) = self.load()?;
+        let ranks = Ranks::current();
+        let (log, step) = self.load(ranks)?;
         let destination = durable::destination(&self.path);
         let live = Live {
             weights: named_variables(self.vs),
@@ -336,6 +363,7 @@ impl<'a> Scope for Checkpoint<'a> {
             user: self.state.clone(),
             path: self.path.clone(),
             destination: destination.clone(),
+            ranks,
         };
         let run = Arc::new(Run {
             log: Mutex::new(log),
@@ -348,6 +376,7 @@ impl<'a> Scope for Checkpoint<'a> {
             state: self.state.clone(),
             path: self.path.clone(),
             destination,
+            ranks,
             run,
             save_on_failure: self.save_on_failure,
             outcome: None,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tch::Tensor;
 
 use super::log::Metrics;
+use super::ranks::Ranks;
 use super::state::{self, Persist};
 use super::writer::{Snapshot, Writer};
 use crate::Scope;
@@ -27,6 +28,8 @@ pub(super) struct Live {
     pub path: PathBuf,
     /// The path as the order of the saves knows it (`durable::Turn`).
     pub destination: PathBuf,
+    /// Saved in parts, one per rank (see `ranks`).
+    pub ranks: Option<Ranks>,
 }
 
 /// Where a checkpoint's step loop is.
@@ -117,7 +120,7 @@ impl Boundaries {
         // The turn now, on this thread: a later exit save's turn is later.
         let turn = Turn::take(live.destination.clone());
         self.writer
-            .start(live.path.clone(), turn, snapshot, metrics);
+            .start(live.path.clone(), live.ranks, turn, snapshot, metrics);
     }
 
     /// The last boundary for the exit save, after the write in flight

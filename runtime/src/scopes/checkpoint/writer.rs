@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use super::file::save;
+use super::ranks::{self, Ranks};
 use super::state::OPTIMIZER;
 use tch::Tensor;
 
@@ -32,8 +32,15 @@ pub(super) struct Snapshot {
 }
 
 impl Snapshot {
-    /// Writes the snapshot and `log` to `path` in `turn`.
-    pub(super) fn save(&self, path: &Path, turn: &Turn, log: &Metrics) -> Result<Replaced, String> {
+    /// Writes the snapshot and `log` to `path` (in parts with `ranks`) in
+    /// `turn`.
+    pub(super) fn save(
+        &self,
+        path: &Path,
+        ranks: Option<Ranks>,
+        turn: &Turn,
+        log: &Metrics,
+    ) -> Result<Replaced, String> {
         let names: Vec<String> = self
             .optimizer
             .iter()
@@ -47,7 +54,7 @@ impl Snapshot {
                     .zip(self.optimizer.iter().map(|(_, t)| t)),
             )
             .collect();
-        save(path, turn, &named, log)
+        ranks::save(path, ranks, self.step, turn, &named, log)
     }
 }
 
@@ -57,6 +64,7 @@ type Done = (Snapshot, bool);
 /// What a write needs, handed to its thread.
 struct Job {
     path: PathBuf,
+    ranks: Option<Ranks>,
     turn: Turn,
     snapshot: Snapshot,
     log: Metrics,
@@ -64,7 +72,13 @@ struct Job {
 
 impl Job {
     fn run(self) -> Done {
-        let saved = write(&self.path, &self.turn, &self.snapshot, &self.log);
+        let saved = write(
+            &self.path,
+            self.ranks,
+            &self.turn,
+            &self.snapshot,
+            &self.log,
+        );
         (self.snapshot, saved)
     }
 }
@@ -79,13 +93,21 @@ pub(super) struct Writer {
 
 impl Writer {
     /// Writes `snapshot` to `path` on a new thread, in `turn`.
-    pub(super) fn start(&mut self, path: PathBuf, turn: Turn, snapshot: Snapshot, log: Metrics) {
+    pub(super) fn start(
+        &mut self,
+        path: PathBuf,
+        ranks: Option<Ranks>,
+        turn: Turn,
+        snapshot: Snapshot,
+        log: Metrics,
+    ) {
         debug_assert!(self.in_flight.is_none(), "one write at a time");
         // `spawn` consumes its closure even when it fails: the job waits in
         // a slot the thread takes it from, so a thread that can't be made
         // leaves it here, to run on this thread (a stall, not a lost save).
         let slot = Arc::new(Mutex::new(Some(Job {
             path,
+            ranks,
             turn,
             snapshot,
             log,
@@ -127,8 +149,14 @@ impl Writer {
 
 /// Writes one boundary; a failure is told to the exit hook (the previous
 /// file stays; training goes on).
-fn write(path: &Path, turn: &Turn, snapshot: &Snapshot, log: &Metrics) -> bool {
-    match snapshot.save(path, turn, log) {
+fn write(
+    path: &Path,
+    ranks: Option<Ranks>,
+    turn: &Turn,
+    snapshot: &Snapshot,
+    log: &Metrics,
+) -> bool {
+    match snapshot.save(path, ranks, turn, log) {
         Ok(Replaced::Written | Replaced::Superseded) => true,
         Ok(Replaced::Unsynced(why)) => {
             durable::unsynced("checkpoint", path, &why);
