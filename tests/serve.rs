@@ -1137,6 +1137,9 @@ fn concurrent_debug_checks_all_answer() {
 mod pt2;
 use pt2::packages;
 
+#[path = "serve/oip.rs"]
+mod oip;
+
 fn floats_of_bits(v: &serde_json::Value) -> Vec<f32> {
     v.as_array()
         .expect("an array of bit patterns")

@@ -1,0 +1,173 @@
+//! The routes: the Open Inference Protocol's ([`v2`]), the plain JSON
+//! `POST /predict` ([`predict`]), health ([`super::health`]) and
+//! `GET /metrics`; the state they share ([`App`]).
+
+mod predict;
+mod v2;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use axum::routing::{get, post};
+
+use super::engine::Engine;
+use super::health;
+use super::metrics::Counters;
+use super::oip::ModelMetadata;
+
+/// The longest budget a request may ask for (a day).
+const MAX_BUDGET: Duration = Duration::from_secs(86_400);
+
+/// What every route reads.
+#[derive(Debug)]
+pub(crate) struct App {
+    pub(crate) meta: ModelMetadata,
+    pub(crate) engine: Engine,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) body_limit: usize,
+    pub(crate) default_deadline: Duration,
+    /// Set when the server stops accepting: `/readyz` and the protocol's
+    /// ready routes say no from then on.
+    pub(crate) stopping: AtomicBool,
+}
+
+impl App {
+    pub(crate) fn new(
+        meta: ModelMetadata,
+        engine: Engine,
+        counters: Arc<Counters>,
+        body_limit: usize,
+        default_deadline: Duration,
+    ) -> Self {
+        Self {
+            meta,
+            engine,
+            counters,
+            body_limit,
+            default_deadline,
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    /// A request's deadline: its own budget (`timeout` parameter or
+    /// `x-deadline-ms`, the shorter) or the default, from `arrival`.
+    pub(crate) fn deadline(&self, arrival: Instant, budget: Option<Duration>) -> Instant {
+        arrival + budget.unwrap_or(self.default_deadline).min(MAX_BUDGET)
+    }
+}
+
+/// Every route, on `app`.
+pub(crate) fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v2", get(v2::server_metadata))
+        .route("/v2/health/live", get(health::live))
+        .route("/v2/health/ready", get(health::ready))
+        .route("/v2/models/{name}", get(v2::model_metadata))
+        .route("/v2/models/{name}/ready", get(v2::model_ready))
+        .route("/v2/models/{name}/infer", post(v2::infer))
+        .route(
+            "/v2/models/{name}/versions/{version}",
+            get(v2::model_metadata_version),
+        )
+        .route(
+            "/v2/models/{name}/versions/{version}/ready",
+            get(v2::model_ready_version),
+        )
+        .route(
+            "/v2/models/{name}/versions/{version}/infer",
+            post(v2::infer_version),
+        )
+        .route("/predict", post(predict::predict))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        // The body limit is ours (a 400 with a message), not axum's 413.
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(app)
+}
+
+/// `GET /metrics`: Prometheus text.
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let e = &app.engine;
+    let text = app
+        .counters
+        .render(&app.meta.name, &e.stats(), e.queued(), e.live_workers());
+    respond(
+        &app,
+        "metrics",
+        StatusCode::OK,
+        "text/plain; version=0.0.4",
+        text.into_bytes(),
+    )
+}
+
+/// Any other path: the protocol's 404.
+async fn not_found(State(app): State<Arc<App>>) -> Response {
+    error(&app, "other", StatusCode::NOT_FOUND, "no such route")
+}
+
+/// A response, counted under `route`.
+pub(crate) fn respond(
+    app: &App,
+    route: &'static str,
+    status: StatusCode,
+    content_type: &'static str,
+    body: Vec<u8>,
+) -> Response {
+    app.counters.answered(route, status.as_u16());
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+/// `{"error": message}` with `status`, counted under `route`.
+pub(crate) fn error(app: &App, route: &'static str, status: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({ "error": message })
+        .to_string()
+        .into_bytes();
+    respond(app, route, status, "application/json", body)
+}
+
+/// The `x-deadline-ms` header's budget: `None` without one.
+///
+/// # Errors
+/// A message for a value that is not a whole number of milliseconds.
+pub(crate) fn header_budget(headers: &HeaderMap) -> Result<Option<Duration>, String> {
+    let Some(v) = headers.get("x-deadline-ms") else {
+        return Ok(None);
+    };
+    v.to_str()
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(|ms| Some(Duration::from_millis(ms)))
+        .ok_or_else(|| {
+            format!(
+                "x-deadline-ms must be a whole number of milliseconds, not {:?}",
+                String::from_utf8_lossy(v.as_bytes())
+            )
+        })
+}
+
+/// The body, up to the app's limit.
+///
+/// # Errors
+/// A message when it is larger, or cannot be read.
+pub(crate) async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, String> {
+    axum::body::to_bytes(body, app.body_limit)
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot read the request body (at most {} bytes): {e}",
+                app.body_limit
+            )
+        })
+}

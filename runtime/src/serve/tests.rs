@@ -1,0 +1,96 @@
+//! The server in process: a model given as any [`Batcher`] served over the
+//! protocol on loopback, and the errors of a server that cannot start.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+
+use tch::Tensor;
+
+use super::oip::Datatype;
+use super::{Engine, PLATFORM_TCH_SCOPE, Server, model_name};
+use crate::batch::{BatchOptions, Batcher};
+use crate::{Inference, WithMode};
+
+#[derive(Debug)]
+struct Double;
+
+impl tch::nn::Module for Double {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        x * 2
+    }
+}
+
+fn double_engine() -> Engine {
+    let served = Arc::new(Inference::new(WithMode::new(Double)).unwrap());
+    let batcher = Batcher::new(served, BatchOptions::new(), |m, xs| {
+        Ok(vec![m.forward(&xs[0])])
+    })
+    .unwrap();
+    Engine::new(batcher)
+}
+
+/// One request on its own connection: the status line and the body.
+fn request(addr: std::net::SocketAddr, head: &str, body: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "{head} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (top, body) = text.split_once("\r\n\r\n").unwrap();
+    (top.lines().next().unwrap().to_owned(), body.to_owned())
+}
+
+#[test]
+fn serve_a_batcher_of_any_model_over_the_protocol_and_stop() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let listening = Server::new("double", double_engine())
+            .input(Datatype::Fp32, &[-1, 3])
+            .bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = listening.local_addr();
+        let meta = listening.metadata();
+        assert_eq!(meta.platform, PLATFORM_TCH_SCOPE);
+        assert_eq!(meta.outputs[0].shape, vec![-1, 3], "from the warm-up");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(listening.serve_until(async {
+            let _ = stopped.await;
+        }));
+        let client = tokio::task::spawn_blocking(move || {
+            let body = r#"{"inputs":[{"name":"input__0","datatype":"FP32","shape":[1,3],"data":[1,2,3.5]}]}"#;
+            let ok = request(addr, "POST /v2/models/double/infer", body);
+            let other = request(addr, "GET /v2/models/single", "");
+            (ok, other)
+        })
+        .await
+        .unwrap();
+        let ((status, body), (other, other_body)) = client;
+        assert!(status.contains("200"), "{status} {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["outputs"][0]["data"], serde_json::json!([2.0, 4.0, 7.0]));
+        assert!(other.contains("404") && other_body.contains("single"), "{other} {other_body}");
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    });
+}
+
+#[test]
+fn a_model_that_declares_no_inputs_needs_them_given() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let e = rt
+        .block_on(Server::new("double", double_engine()).bind("127.0.0.1:0".parse().unwrap()))
+        .unwrap_err();
+    assert!(e.to_string().contains("declares no inputs"), "{e}");
+}
+
+#[test]
+fn a_models_default_name_is_its_files_stem() {
+    assert_eq!(model_name("models/mlp.pt"), "mlp");
+    assert_eq!(model_name("serve_mlp.pt2"), "serve_mlp");
+}

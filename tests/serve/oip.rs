@@ -1,0 +1,528 @@
+//! The serving library (`tch_scope::serve`) as a user runs it:
+//! examples/serve_min.rs (its 30 lines) as a process on loopback, serving
+//! a TorchScript file and a `.pt2` package over the Open Inference
+//! Protocol, driven by the protocol's own client (`tritonclient[http]`,
+//! tests/serve/oip_client.py, JSON and binary both ways) and by raw HTTP on
+//! every route and error; answers compared with PyTorch's eval output
+//! (bitwise for the TorchScript file: the same file run by the same
+//! libtorch). Where the tritonclient venv or PyTorch's python cannot be
+//! had, the parts that need them print why and are skipped.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use super::{Server, floats_of_bits, pt2::packages, workspace};
+
+/// examples/serve_min beside the test's binary (see `bins`).
+fn serve_min() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .join("examples")
+        .join("serve_min");
+    assert!(
+        path.is_file(),
+        "no {} — build it first: cargo build -p examples --example serve_min",
+        path.display()
+    );
+    path
+}
+
+/// `serve_min MODEL 127.0.0.1:0 [SHAPE]`, once it says where it listens.
+fn start_min(model: &Path, shape: Option<&str>) -> Server {
+    let mut cmd = Command::new(serve_min());
+    cmd.arg(model).arg("127.0.0.1:0").args(shape);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve_min starts");
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        if let Some(Ok(l)) = lines.next() {
+            let _ = tx.send(l);
+        }
+        for _ in lines {}
+    });
+    let stderr = Arc::new(Mutex::new(String::new()));
+    {
+        let pipe = child.stderr.take().expect("piped");
+        let stderr = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("{line}");
+                stderr.lock().unwrap().push_str(&line);
+            }
+        });
+    }
+    let mut server = Server {
+        child,
+        addr: String::new(),
+        stderr,
+    };
+    let line = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| {
+            panic!(
+                "serve_min says where it listens within 60 s: {}",
+                server.stderr_text()
+            )
+        });
+    server.addr = line
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .trim()
+        .to_owned();
+    server
+}
+
+/// An answer: status, headers (lowercase names) and the body's bytes.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// The `{"error": …}` message of an error answer.
+    fn error(&self) -> String {
+        let v = self.json();
+        let m = v["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error: {v}"));
+        assert!(!m.is_empty(), "an empty error");
+        m.to_owned()
+    }
+}
+
+/// One HTTP/1.1 request on its own connection, bytes in and out.
+fn raw(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {}\r\nconnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut bytes = Vec::new();
+    s.read_to_end(&mut bytes).expect("the answer");
+    let end = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head");
+    let head = String::from_utf8_lossy(&bytes[..end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"));
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Answer {
+        status,
+        headers,
+        body: bytes[end + 4..].to_vec(),
+    }
+}
+
+/// The reference: an input and the model's eval output for it.
+struct Reference {
+    x: Vec<f32>,
+    y: Vec<f32>,
+    features: usize,
+    /// The server must answer `y` bitwise (else within 1e-5).
+    exact: bool,
+}
+
+impl Reference {
+    fn rows(&self) -> usize {
+        self.x.len() / self.features
+    }
+
+    fn outs(&self) -> usize {
+        self.y.len() / self.rows()
+    }
+
+    fn check(&self, got: &[f32], what: &str) {
+        assert_eq!(got.len(), self.y.len(), "{what}");
+        for (g, w) in got.iter().zip(&self.y) {
+            if self.exact {
+                assert_eq!(g.to_bits(), w.to_bits(), "{what}: {got:?} != {:?}", self.y);
+            } else {
+                assert!((g - w).abs() <= 1e-5, "{what}: {got:?} vs {:?}", self.y);
+            }
+        }
+    }
+
+    fn write(&self, path: &Path) {
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits() as i32).collect::<Vec<_>>();
+        let j = serde_json::json!({
+            "x": bits(&self.x), "y": bits(&self.y),
+            "x_shape": [self.rows(), self.features], "y_shape": [self.rows(), self.outs()],
+            "exact": self.exact, "tolerance": 1e-5,
+        });
+        std::fs::write(path, j.to_string()).expect("write the reference");
+    }
+}
+
+/// PyTorch's python (`TCH_SCOPE_PYTHON`, or the bootstrap venv's).
+fn torch_python() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("TCH_SCOPE_PYTHON") {
+        return Some(p.into());
+    }
+    let torch = std::fs::canonicalize(workspace().join(".libtorch")).ok()?;
+    let py = torch.join("../../../../bin/python");
+    py.exists().then_some(py)
+}
+
+/// tests/data/serve_mlp.pt run by PyTorch in eval mode on 3 rows of
+/// `torch.randn` (seed 0); `None` without PyTorch's python.
+fn torchscript_reference(model: &Path) -> Option<Reference> {
+    let Some(py) = torch_python() else {
+        println!("skipped: no PyTorch python for the reference");
+        return None;
+    };
+    let script = "import json, sys, torch\n\
+        m = torch.jit.load(sys.argv[1]); m.eval()\n\
+        x = torch.randn(3, 32, generator=torch.Generator().manual_seed(0))\n\
+        with torch.inference_mode():\n    y = m(x)\n\
+        bits = lambda t: t.contiguous().view(torch.int32).flatten().tolist()\n\
+        print(json.dumps({'x': bits(x), 'y': bits(y)}))";
+    let out = Command::new(&py)
+        .args(["-c", script])
+        .arg(model)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "{py:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    Some(Reference {
+        x: floats_of_bits(&j["x"]),
+        y: floats_of_bits(&j["y"]),
+        features: 32,
+        exact: true,
+    })
+}
+
+/// The tritonclient venv's python (scripts/bootstrap-tritonclient.sh), or
+/// why there is none.
+fn tritonclient() -> Result<&'static Path, &'static str> {
+    static PY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PY.get_or_init(|| {
+        let script = workspace().join("scripts/bootstrap-tritonclient.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+        }
+        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    })
+    .as_ref()
+    .map(PathBuf::as_path)
+    .map_err(String::as_str)
+}
+
+/// tests/serve/oip_client.py against the server.
+fn drive_with_tritonclient(test: &str, server: &Server, model: &str, reference: &Reference) {
+    let py = match tritonclient() {
+        Ok(py) => py,
+        Err(why) => {
+            println!("{test}: the tritonclient part skipped: {why}");
+            return;
+        }
+    };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("serve_oip")
+        .join(test);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let ref_path = dir.join("reference.json");
+    reference.write(&ref_path);
+    let script = workspace().join("tests/serve/oip_client.py");
+    let out = Command::new(py)
+        .arg(&script)
+        .arg(&server.addr)
+        .arg(model)
+        .arg(&ref_path)
+        .output()
+        .expect("python starts");
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
+        "oip_client.py failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn le_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|f| f.to_le_bytes()).collect()
+}
+
+fn floats_of_le(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn floats_of_json(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|f| f.as_f64().expect("a number") as f32)
+        .collect()
+}
+
+/// Every route and error over raw HTTP.
+fn drive_raw(server: &Server, model: &str, platform: &str, r: &Reference) {
+    let addr = server.addr.as_str();
+    let get = |path: &str| raw(addr, "GET", path, &[], b"");
+    for path in ["/v2/health/live", "/v2/health/ready", "/healthz", "/readyz"] {
+        assert_eq!(get(path).status, 200, "{path}");
+    }
+    let server_meta = get("/v2");
+    assert_eq!(server_meta.status, 200);
+    assert_eq!(
+        server_meta.json()["extensions"],
+        serde_json::json!(["binary_tensor_data"])
+    );
+
+    let meta = get(&format!("/v2/models/{model}"));
+    assert_eq!(meta.status, 200);
+    assert_eq!(
+        meta.json(),
+        serde_json::json!({
+            "name": model, "versions": ["1"], "platform": platform,
+            "inputs": [{"name": "input__0", "datatype": "FP32", "shape": [-1, r.features]}],
+            "outputs": [{"name": "output__0", "datatype": "FP32", "shape": [-1, r.outs()]}],
+        })
+    );
+    assert_eq!(get(&format!("/v2/models/{model}/versions/1")).status, 200);
+    assert_eq!(get(&format!("/v2/models/{model}/ready")).status, 200);
+    assert_eq!(
+        get(&format!("/v2/models/{model}/versions/1/ready")).status,
+        200
+    );
+    for path in [
+        "/v2/models/no_such_model",
+        "/v2/models/no_such_model/ready",
+        &format!("/v2/models/{model}/versions/2"),
+    ] {
+        let a = get(path);
+        assert_eq!(a.status, 404, "{path}");
+        assert!(
+            a.error().contains("no_such_model") || a.error().contains('2'),
+            "{path}"
+        );
+    }
+    assert_eq!(get("/no/such/route").status, 404);
+    assert!(!get("/no/such/route").error().is_empty());
+
+    let infer = format!("/v2/models/{model}/infer");
+    let shape = serde_json::json!([r.rows(), r.features]);
+    let json_body = |name: &str, datatype: &str, shape: &serde_json::Value, data: &[f32]| {
+        serde_json::json!({"inputs": [{"name": name, "datatype": datatype, "shape": shape, "data": data}]})
+            .to_string()
+    };
+    // JSON in and out.
+    let a = raw(
+        addr,
+        "POST",
+        &infer,
+        &[],
+        json_body("input__0", "FP32", &shape, &r.x).as_bytes(),
+    );
+    assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+    let v = a.json();
+    assert_eq!(v["model_name"], model);
+    assert_eq!(v["outputs"][0]["name"], "output__0");
+    assert_eq!(v["outputs"][0]["datatype"], "FP32");
+    assert_eq!(
+        v["outputs"][0]["shape"],
+        serde_json::json!([r.rows(), r.outs()])
+    );
+    r.check(&floats_of_json(&v["outputs"][0]["data"]), "JSON");
+    let from_json = floats_of_json(&v["outputs"][0]["data"]);
+
+    // Binary in and out.
+    let header = serde_json::json!({
+        "inputs": [{"name": "input__0", "datatype": "FP32", "shape": shape,
+                    "parameters": {"binary_data_size": r.x.len() * 4}}],
+        "outputs": [{"name": "output__0", "parameters": {"binary_data": true}}],
+    })
+    .to_string();
+    let mut body = header.clone().into_bytes();
+    body.extend(le_bytes(&r.x));
+    let length = header.len().to_string();
+    let a = raw(
+        addr,
+        "POST",
+        &infer,
+        &[("inference-header-content-length", &length)],
+        &body,
+    );
+    assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+    let n: usize = a
+        .header("inference-header-content-length")
+        .expect("the binary answer's header length")
+        .parse()
+        .expect("a length");
+    let head: serde_json::Value = serde_json::from_slice(&a.body[..n]).expect("its JSON header");
+    assert_eq!(
+        head["outputs"][0]["parameters"]["binary_data_size"],
+        r.y.len() * 4
+    );
+    let from_binary = floats_of_le(&a.body[n..]);
+    r.check(&from_binary, "binary");
+    assert_eq!(
+        le_bytes(&from_binary),
+        le_bytes(&from_json),
+        "binary and JSON answers differ"
+    );
+
+    // The plain JSON route answers the same.
+    let predict = serde_json::json!({"shape": shape, "data": r.x}).to_string();
+    let a = raw(
+        addr,
+        "POST",
+        "/predict",
+        &[("content-type", "application/json")],
+        predict.as_bytes(),
+    );
+    assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+    r.check(&floats_of_json(&a.json()["data"]), "/predict");
+
+    // Errors.
+    let bad = |body: String, headers: &[(&str, &str)], path: &str| {
+        let a = raw(addr, "POST", path, headers, body.as_bytes());
+        (a.status, a.error())
+    };
+    let good = json_body("input__0", "FP32", &shape, &r.x);
+    let (s, m) = bad(good.clone(), &[], "/v2/models/no_such_model/infer");
+    assert!(s == 404 && m.contains("no_such_model"), "{s} {m}");
+    let (s, m) = bad(json_body("input__1", "FP32", &shape, &r.x), &[], &infer);
+    assert!(s == 400 && m.contains("input__1"), "{s} {m}");
+    let (s, m) = bad(
+        json_body("input__0", "INT32", &shape, &[0.0; 0]),
+        &[],
+        &infer,
+    );
+    assert_eq!(s, 400, "{m}");
+    let ints = serde_json::json!({"inputs": [{"name": "input__0", "datatype": "INT32",
+        "shape": shape, "data": vec![1; r.x.len()]}]});
+    let (s, m) = bad(ints.to_string(), &[], &infer);
+    assert!(s == 400 && m.contains("INT32"), "{s} {m}");
+    let narrow = serde_json::json!([r.rows(), r.features - 1]);
+    let (s, m) = bad(
+        json_body(
+            "input__0",
+            "FP32",
+            &narrow,
+            &r.x[..r.rows() * (r.features - 1)],
+        ),
+        &[],
+        &infer,
+    );
+    assert!(
+        s == 400 && m.contains(&(r.features - 1).to_string()),
+        "{s} {m}"
+    );
+    let (s, m) = bad("{not json".into(), &[], &infer);
+    assert_eq!(s, 400, "{m}");
+    let (s, m) = bad(good.clone(), &[("x-deadline-ms", "soon")], &infer);
+    assert!(s == 400 && m.contains("x-deadline-ms"), "{s} {m}");
+    // Deadlines passed before the forward: never computed.
+    let (s, m) = bad(good.clone(), &[("x-deadline-ms", "0")], &infer);
+    assert!(s == 504 && m.contains("deadline"), "{s} {m}");
+    let mut timed: serde_json::Value = serde_json::from_str(&good).unwrap();
+    timed["parameters"] = serde_json::json!({"timeout": 1});
+    let (s, m) = bad(timed.to_string(), &[], &infer);
+    assert!(s == 504 && m.contains("deadline"), "{s} {m}");
+
+    let metrics = String::from_utf8(get("/metrics").body).expect("text");
+    assert!(
+        metrics.contains("serve_requests_total{route=\"infer\",status=\"200\"}")
+            && metrics.contains("serve_requests_total{route=\"infer\",status=\"400\"}"),
+        "{metrics}"
+    );
+}
+
+/// SIGTERM: the server stops and exits 0.
+fn stops_on_sigterm(mut server: Server) {
+    server.sigterm();
+    let status = server
+        .exit_within(Duration::from_secs(30))
+        .expect("serve_min exits within 30 s of SIGTERM");
+    assert!(status.success(), "{status}: {}", server.stderr_text());
+}
+
+/// A user's 30-line program (examples/serve_min.rs) serves
+/// tests/data/serve_mlp.pt, its input shape given on the command line:
+/// every route and error over raw HTTP and through tritonclient, JSON and
+/// binary, each answer bitwise PyTorch's eval output; SIGTERM ends it.
+#[test]
+fn serve_min_serves_a_torchscript_model_over_the_open_inference_protocol() {
+    let model = workspace().join("tests/data/serve_mlp.pt");
+    let Some(reference) = torchscript_reference(&model) else {
+        return;
+    };
+    let server = start_min(&model, Some("-1,32"));
+    drive_raw(&server, "serve_mlp", "pytorch_libtorch", &reference);
+    drive_with_tritonclient("torchscript", &server, "serve_mlp", &reference);
+    stops_on_sigterm(server);
+}
+
+/// The same program serves the `.pt2` export of that model with no shape
+/// given (the package declares its own): metadata, routes and errors as
+/// for TorchScript; answers within 1e-5 of eager PyTorch (another
+/// compiler's kernels), JSON and binary equal bitwise.
+#[test]
+fn serve_min_serves_a_pt2_package_over_the_open_inference_protocol() {
+    let Some(dir) = packages() else { return };
+    let j: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("serve_mlp.json")).expect("serve_mlp.json"),
+    )
+    .expect("JSON");
+    let reference = Reference {
+        x: floats_of_bits(&j["input_bits"]),
+        y: floats_of_bits(&j["eager_bits"]),
+        features: 32,
+        exact: false,
+    };
+    let server = start_min(&dir.join("serve_mlp.pt2"), None);
+    drive_raw(&server, "serve_mlp", "pytorch_aoti", &reference);
+    drive_with_tritonclient("pt2", &server, "serve_mlp", &reference);
+    stops_on_sigterm(server);
+}
