@@ -49,7 +49,15 @@ test: libtorch
 #     32 connections: batched, unbatched, plain, and FastAPI + uvicorn with
 #     2 workers (scripts/serve_fastapi.py, installed into the bootstrap venv
 #     by scripts/bootstrap-fastapi.sh);
-#  3. the same model, 1 connection: batched against unbatched.
+#  3. the same model, 1 connection: batched against unbatched;
+#  4. the same model, single valid rows, 32 connections: batched against
+#     MLServer 1.7.1 (adaptive batching 32 / 2 ms, 2 parallel workers,
+#     scripts/mlserver_runtime.py; its own venv, cached, installed by
+#     scripts/bootstrap-mlserver.sh), each on the fastest encoding the
+#     Open Inference Protocol gives it (tch-scope: binary tensor data once
+#     the server speaks the protocol; MLServer: JSON tensors, its REST API
+#     has no binary extension), with the goals' ratio lines.
+# Each server's line says the protocol its requests went in.
 # The exports (the .pt2 needs a C++ compiler, about 30 s on 2 cores) are
 # kept in target/load/, keyed by the scripts and the torch they run.
 LOAD_ARGS ?= --rounds 4 --requests 20000 --concurrency 16
@@ -59,10 +67,12 @@ LOAD_MODELS ?= --model tests/data/serve_mlp.pt --model $(LOAD_DIR)/serve_mlp.pt2
 LOAD_MLP = --model $(LOAD_DIR)/load_mlp.pt --reference $(LOAD_DIR)/load_mlp.json
 LOAD_BATCH_ARGS ?= --rounds 2 --requests 6000 --concurrency 32
 LOAD_ONE_ARGS ?= --rounds 2 --requests 2000 --concurrency 1
+LOAD_MLSERVER_ARGS ?= --rounds 2 --requests 6000 --concurrency 32
 LOAD_BIN = $(or $(CARGO_TARGET_DIR),target)/release/examples/load
 load: libtorch
 	$(CARGO) build --release --workspace --example serve --example load
 	bash scripts/bootstrap-fastapi.sh >/dev/null
+	bash scripts/bootstrap-mlserver.sh >/dev/null
 	test -f $(LOAD_DIR)/serve_mlp.pt2 || \
 		$(LOAD_PYTHON) -W ignore scripts/export_pt2.py $(LOAD_DIR)
 	test -f $(LOAD_DIR)/load_mlp.json || \
@@ -71,6 +81,8 @@ load: libtorch
 	$(LOAD_BIN) --servers batched,unbatched,plain,fastapi \
 		$(LOAD_BATCH_ARGS) $(LOAD_MLP)
 	$(LOAD_BIN) --servers batched,unbatched $(LOAD_ONE_ARGS) $(LOAD_MLP)
+	$(LOAD_BIN) --servers batched,mlserver --valid-only \
+		$(LOAD_MLSERVER_ARGS) $(LOAD_MLP)
 
 # tests/downstream: a crate of its own workspace that uses tch-scope as a
 # user's crate does (renamed dependency, edition 2021, the README's rpath

@@ -1,0 +1,233 @@
+//! What a run adds up to: each server's counts, latency percentiles,
+//! requests/s and CPU per request, one line (or JSON line) per server, the
+//! ratios between them and the goals of docs/serving.md.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::client::{self, Counts, Target};
+use crate::requests::Pool;
+use crate::servers::Server;
+use crate::{Args, ServerKind};
+
+fn percentile(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1e3
+}
+
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub server: String,
+    /// The encoding its requests went in (`predict-json`, `v2-json`,
+    /// `v2-binary`; several, `+`-joined, if its runs differed).
+    pub protocol: String,
+    #[serde(flatten)]
+    pub counts: Counts,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub rps: f64,
+    pub seconds: f64,
+    /// The server's CPU time (all its processes) over the counted
+    /// requests, per request; absent for a server `load` did not start.
+    pub cpu_ms_per_request: Option<f64>,
+    pub workers_checked: usize,
+    pub first_error: Option<String>,
+}
+
+/// One server's runs, added up.
+#[derive(Default)]
+pub struct Acc {
+    counts: Counts,
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+    cpu: Option<Duration>,
+    workers: usize,
+    protocols: Vec<&'static str>,
+    first_error: Option<String>,
+}
+
+impl Acc {
+    pub fn summary(&mut self, server: &str) -> Summary {
+        self.latencies.sort();
+        Summary {
+            server: server.into(),
+            protocol: self.protocols.join("+"),
+            counts: self.counts.clone(),
+            p50_ms: percentile(&self.latencies, 0.50),
+            p99_ms: percentile(&self.latencies, 0.99),
+            rps: self.counts.requests as f64 / self.elapsed.as_secs_f64().max(1e-9),
+            seconds: self.elapsed.as_secs_f64(),
+            cpu_ms_per_request: self
+                .cpu
+                .map(|c| c.as_secs_f64() * 1e3 / self.counts.requests.max(1) as f64),
+            workers_checked: self.workers,
+            first_error: self.first_error.clone(),
+        }
+    }
+}
+
+pub fn line(s: &Summary, width: usize) -> String {
+    let c = &s.counts;
+    let cpu = s
+        .cpu_ms_per_request
+        .map(|c| format!(" cpu_ms_per_req={c:.3}"))
+        .unwrap_or_default();
+    format!(
+        "{:<width$} protocol={} requests={} ok={} deadline={} rejected={} malformed={} wrong={} expired_computed={} p50_ms={:.3} p99_ms={:.3} rps={:.1}{cpu}",
+        format!("{}:", s.server),
+        s.protocol,
+        c.requests,
+        c.ok,
+        c.deadline,
+        c.rejected,
+        c.malformed,
+        c.wrong,
+        c.expired_computed,
+        s.p50_ms,
+        s.p99_ms,
+        s.rps
+    )
+}
+
+/// A warm-up (not counted), then the counted run, added to `acc`; the
+/// server's CPU read around the counted run when `load` started it.
+pub async fn one_run(
+    target: &Target,
+    server: Option<&Server>,
+    pool: &Arc<Pool>,
+    args: &Args,
+    tolerance: f32,
+    check_workers: bool,
+    acc: &mut Acc,
+) -> Result<(), String> {
+    let _ = client::drive(
+        target,
+        Arc::clone(pool),
+        args.warmup,
+        args.concurrency,
+        Duration::from_secs(30),
+        tolerance,
+    )
+    .await;
+    let cpu0 = server.and_then(Server::cpu);
+    let r = client::drive(
+        target,
+        Arc::clone(pool),
+        args.requests,
+        args.concurrency,
+        Duration::from_secs(args.max_seconds),
+        tolerance,
+    )
+    .await;
+    let cpu1 = server.and_then(Server::cpu);
+    if let (Some(a), Some(b)) = (cpu0, cpu1) {
+        acc.cpu = Some(acc.cpu.unwrap_or_default() + b.saturating_sub(a));
+    }
+    let name = target.protocol.name();
+    if !acc.protocols.contains(&name) {
+        acc.protocols.push(name);
+    }
+    acc.counts.add(&r.counts);
+    acc.latencies.extend(r.latencies);
+    acc.elapsed += r.elapsed;
+    if acc.first_error.is_none() {
+        acc.first_error = r.first_error;
+    }
+    if check_workers {
+        acc.workers = client::workers_as_before(&target.addr).await?;
+    }
+    Ok(())
+}
+
+/// Prints every server's line (or JSON line), the ratios of each pair and
+/// the goals that apply; false when a check failed (wrong outputs, errors,
+/// an expired request computed).
+pub fn print(
+    summaries: &[Summary],
+    kinds: &[Option<ServerKind>],
+    args: &Args,
+    label: Option<&str>,
+) -> Result<bool, String> {
+    let width = summaries
+        .iter()
+        .map(|s| s.server.len() + 1)
+        .max()
+        .unwrap_or(0)
+        .max(9);
+    let mut fine = true;
+    for s in summaries {
+        if args.json {
+            println!("{}", serde_json::to_string(s).map_err(|e| e.to_string())?);
+        } else {
+            println!("{}", line(s, width));
+        }
+        let c = &s.counts;
+        if c.wrong > 0 || c.errors > 0 || c.expired_computed > 0 {
+            fine = false;
+            eprintln!(
+                "load: {}: wrong={} errors={} expired_computed={} (first: {:?})",
+                s.server, c.wrong, c.errors, c.expired_computed, s.first_error
+            );
+        }
+    }
+    if args.json {
+        return Ok(fine);
+    }
+    let of = label.map(|l| format!(" {l}")).unwrap_or_default();
+    for (i, a) in summaries.iter().enumerate() {
+        for (j, b) in summaries.iter().enumerate().skip(i + 1) {
+            println!(
+                "ratios{of} ({} / {}): rps={:.4} p50={:.4} p99={:.4}  ({} rounds, {} requests each, {} at a time)",
+                a.server,
+                b.server,
+                a.rps / b.rps,
+                a.p50_ms / b.p50_ms,
+                a.p99_ms / b.p99_ms,
+                args.rounds,
+                args.requests,
+                args.concurrency
+            );
+            for g in goals(kinds[i], kinds[j], a, b, args.concurrency) {
+                println!("goal{of}: {g}");
+            }
+        }
+    }
+    Ok(fine)
+}
+
+/// The goals of docs/serving.md that a pair of servers measures.
+fn goals(
+    a: Option<ServerKind>,
+    b: Option<ServerKind>,
+    x: &Summary,
+    y: &Summary,
+    concurrency: usize,
+) -> Vec<String> {
+    let verdict = |met: bool| if met { "met" } else { "missed" };
+    let rps = x.rps / y.rps;
+    let p50 = x.p50_ms / y.p50_ms;
+    let p99 = x.p99_ms / y.p99_ms;
+    let pair = format!("{} / {}, {concurrency} at a time", x.server, y.server);
+    match (a, b) {
+        (Some(ServerKind::Batched), Some(ServerKind::Unbatched)) if concurrency == 1 => {
+            vec![format!(
+                "{pair}: p50 {p50:.3} <= 1.05: {}",
+                verdict(p50 <= 1.05)
+            )]
+        }
+        (Some(ServerKind::Batched), Some(ServerKind::Unbatched)) => vec![
+            format!("{pair}: rps {rps:.3} >= 3: {}", verdict(rps >= 3.0)),
+            format!("{pair}: p99 {p99:.3} <= 1: {}", verdict(p99 <= 1.0)),
+        ],
+        (Some(ServerKind::Batched), Some(ServerKind::Mlserver)) => vec![
+            format!("{pair}: rps {rps:.3} >= 7: {}", verdict(rps >= 7.0)),
+            format!("{pair}: p99 {p99:.3} <= 0.25: {}", verdict(p99 <= 0.25)),
+        ],
+        _ => Vec::new(),
+    }
+}
