@@ -58,6 +58,8 @@ mod server;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_connections;
 
 pub use engine::{Engine, PLATFORM_AOTI, PLATFORM_TCH_SCOPE, PLATFORM_TORCHSCRIPT};
 pub use server::{Listening, Server};

@@ -21,7 +21,7 @@ impl tch::nn::Module for Double {
     }
 }
 
-fn double_engine() -> Engine {
+pub(super) fn double_engine() -> Engine {
     let served = Arc::new(Inference::new(WithMode::new(Double)).unwrap());
     let batcher = Batcher::new(served, BatchOptions::new(), |m, xs| {
         Ok(vec![m.forward(&xs[0])])
