@@ -43,6 +43,7 @@ pub struct Server {
     limits: Limits,
     max_connections: u32,
     body_limit: usize,
+    body_timeout: Duration,
     default_deadline: Duration,
     shutdown_timeout: Duration,
 }
@@ -50,8 +51,9 @@ pub struct Server {
 impl Server {
     /// A server for `engine`'s model, named `name` in the routes
     /// (`/v2/models/{name}`). Defaults: 1,024 connections, header timeout
-    /// 10 s, idle timeout 60 s, write timeout 30 s, bodies up to 64 MiB,
-    /// a request's deadline 10 s from its arrival, 30 s to shut down.
+    /// 10 s, idle timeout 60 s, write timeout 30 s, bodies up to 64 MiB
+    /// arriving within 30 s, a request's deadline 10 s from its arrival,
+    /// 30 s to shut down.
     pub fn new(name: impl Into<String>, engine: Engine) -> Self {
         Self {
             name: name.into(),
@@ -64,6 +66,7 @@ impl Server {
             },
             max_connections: 1024,
             body_limit: 64 << 20,
+            body_timeout: Duration::from_secs(30),
             default_deadline: Duration::from_secs(10),
             shutdown_timeout: Duration::from_secs(30),
         }
@@ -108,6 +111,13 @@ impl Server {
     /// The largest request body, in bytes (a larger one: 400).
     pub fn body_limit(mut self, bytes: usize) -> Self {
         self.body_limit = bytes;
+        self
+    }
+
+    /// A request's body must arrive within `d` of its head (else 408): a
+    /// client that stops sending holds no connection for longer.
+    pub fn body_timeout(mut self, d: Duration) -> Self {
+        self.body_timeout = d;
         self
     }
 
@@ -157,6 +167,7 @@ impl Server {
             self.engine,
             Arc::new(Counters::default()),
             self.body_limit,
+            self.body_timeout,
             self.default_deadline,
         ));
         Ok(Listening {

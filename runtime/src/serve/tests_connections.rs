@@ -165,3 +165,22 @@ fn a_connection_past_the_cap_waits_for_a_place() {
     second.read_to_string(&mut text).unwrap();
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
 }
+
+#[test]
+fn a_body_that_stops_coming_is_answered_408() {
+    let server = start(|s| s.body_timeout(Duration::from_millis(200)));
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    write!(
+        s,
+        "POST /v2/models/double/infer HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{{\"inputs\""
+    )
+    .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(
+        text.starts_with("HTTP/1.1 408") && text.contains("did not arrive"),
+        "{text}"
+    );
+}

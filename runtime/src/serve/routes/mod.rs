@@ -31,6 +31,7 @@ pub(crate) struct App {
     pub(crate) engine: Engine,
     pub(crate) counters: Arc<Counters>,
     pub(crate) body_limit: usize,
+    pub(crate) body_timeout: Duration,
     pub(crate) default_deadline: Duration,
     /// Set when the server stops accepting: `/readyz` and the protocol's
     /// ready routes say no from then on.
@@ -43,6 +44,7 @@ impl App {
         engine: Engine,
         counters: Arc<Counters>,
         body_limit: usize,
+        body_timeout: Duration,
         default_deadline: Duration,
     ) -> Self {
         Self {
@@ -50,6 +52,7 @@ impl App {
             engine,
             counters,
             body_limit,
+            body_timeout,
             default_deadline,
             stopping: AtomicBool::new(false),
         }
@@ -157,17 +160,31 @@ pub(crate) fn header_budget(headers: &HeaderMap) -> Result<Option<Duration>, Str
         })
 }
 
-/// The body, up to the app's limit.
+/// The body, up to the app's limit, within its body timeout.
 ///
 /// # Errors
-/// A message when it is larger, or cannot be read.
-pub(crate) async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, String> {
-    axum::body::to_bytes(body, app.body_limit)
-        .await
-        .map_err(|e| {
+/// A 408 when it does not arrive in time; a 400 when it is larger than the
+/// limit or cannot be read.
+pub(crate) async fn read_body(
+    app: &App,
+    body: Body,
+) -> Result<axum::body::Bytes, (StatusCode, String)> {
+    let read = axum::body::to_bytes(body, app.body_limit);
+    match tokio::time::timeout(app.body_timeout, read).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => Err((
+            StatusCode::BAD_REQUEST,
             format!(
                 "cannot read the request body (at most {} bytes): {e}",
                 app.body_limit
-            )
-        })
+            ),
+        )),
+        Err(_) => Err((
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within {} s",
+                app.body_timeout.as_secs_f64()
+            ),
+        )),
+    }
 }

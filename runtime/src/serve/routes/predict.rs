@@ -70,7 +70,7 @@ async fn run(
         )));
     }
     let budget = header_budget(headers).map_err(bad)?;
-    let bytes = read_body(app, body).await.map_err(bad)?;
+    let bytes = read_body(app, body).await?;
     let input: Input = serde_json::from_slice(&bytes).map_err(|e| {
         bad(format!(
             "the body is not {{\"shape\": [...], \"data\": [...]}}: {e}"

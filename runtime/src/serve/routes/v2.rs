@@ -163,7 +163,9 @@ async fn run(
         .map(|v| parse_header_length(v.as_bytes()))
         .transpose()?;
     let header = header_budget(headers).map_err(bad)?;
-    let bytes = read_body(app, body).await.map_err(bad)?;
+    let bytes = read_body(app, body)
+        .await
+        .map_err(|(status, m)| Failure::Status(status, m))?;
     let mut request = InferRequest::parse(&bytes, header_length)?;
     drop(bytes);
     let inputs = app.meta.take_inputs(&mut request)?;
