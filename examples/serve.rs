@@ -73,6 +73,8 @@ mod batched;
 mod connections;
 #[path = "serve/controls.rs"]
 mod controls;
+#[path = "serve/oip.rs"]
+mod oip;
 
 use batched::{BatchEngine, Batched, close_batcher};
 use connections::{Limits, serve_connection};
@@ -262,6 +264,21 @@ struct Args {
         value_parser = clap::value_parser!(u64).range(..=10_000).map(Duration::from_millis)
     )]
     max_delay: Duration,
+    /// The model's name in the Open Inference Protocol's routes
+    /// (`/v2/models/NAME`) [default: the model file's stem]. The `/v2`
+    /// routes come with the batched tch-scope server (not with
+    /// `--max-batch 1` or `--plain`), for a `.pt2` or with `--input-shape`.
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// The model's input for the `/v2` routes' metadata and checks:
+    /// comma-separated dims, `-1` for the batch (e.g. `-1,32`); a
+    /// TorchScript file declares none (a `.pt2` declares its own).
+    #[arg(long, value_name = "DIMS", value_parser = oip::input_shape, allow_hyphen_values = true)]
+    input_shape: Option<oip::InputShape>,
+    /// The input's datatype for the `/v2` routes (`FP32`, `FP64`, `INT64`,
+    /// …).
+    #[arg(long, value_name = "DATATYPE", default_value = "FP32", value_parser = oip::input_dtype)]
+    input_dtype: tch_scope::serve::oip::Datatype,
 }
 
 impl Args {
@@ -1894,7 +1911,9 @@ fn run(args: Args) -> Result<(), String> {
             Some(Engine::PlainPackage(model))
         } else if batching {
             let served = Inference::new(model).map_err(served)?;
-            let b = Batched::start(served, &args, Arc::clone(&pool), BatchEngine::Package)?;
+            let b = Batched::start(served, &args, Arc::clone(&pool), |b| {
+                BatchEngine::Package(Arc::new(b))
+            })?;
             batched = Some(b);
             None
         } else {
@@ -1911,7 +1930,9 @@ fn run(args: Args) -> Result<(), String> {
             Some(Engine::Plain(model))
         } else if batching {
             let served = Inference::new(model).map_err(served)?;
-            let b = Batched::start(served, &args, Arc::clone(&pool), BatchEngine::Module)?;
+            let b = Batched::start(served, &args, Arc::clone(&pool), |b| {
+                BatchEngine::Module(Arc::new(b))
+            })?;
             batched = Some(b);
             None
         } else {
@@ -1998,6 +2019,16 @@ fn run(args: Args) -> Result<(), String> {
         let (stop_tx, mut stop) = watch::channel(false);
         let (abort_tx, abort) = watch::channel(false);
         watch_signals(stop_tx, bound)?;
+        // The protocol's routes over the batcher (a warm-up run of theirs
+        // first: it makes the outputs' metadata).
+        let oip = match &app.batched {
+            Some(b) => oip::routes(&args, b).await?,
+            None => None,
+        };
+        let (router, oip_name) = match oip {
+            Some((name, v2)) => (router.merge(v2), Some(name)),
+            None => (router, None),
+        };
         let listener = tokio::net::TcpListener::bind(args.addr)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
@@ -2024,8 +2055,11 @@ fn run(args: Args) -> Result<(), String> {
         } else {
             String::new()
         };
+        let v2 = oip_name
+            .map(|n| format!(", Open Inference Protocol as {n:?}"))
+            .unwrap_or_default();
         println!(
-            "listening on http://{local} ({kind}, {} workers, queue {}{batches}, {format} model {})",
+            "listening on http://{local} ({kind}, {} workers, queue {}{batches}, {format} model {}{v2})",
             args.workers,
             args.queue,
             args.model.display()

@@ -25,8 +25,9 @@ pub(super) struct Batched {
 
 /// The batcher over the model's kind.
 pub(super) enum BatchEngine {
-    Module(Batcher<CModule>),
-    Package(Batcher<Package>),
+    // Shared with the `/v2` routes' engine (`oip.rs`).
+    Module(Arc<Batcher<CModule>>),
+    Package(Arc<Batcher<Package>>),
 }
 
 impl BatchEngine {
@@ -336,6 +337,10 @@ pub(super) fn close_batcher(engine: Arc<BatchEngine>) {
     };
     match engine {
         BatchEngine::Module(b) => {
+            // The `/v2` routes' share went with the router.
+            let Ok(b) = Arc::try_unwrap(b) else {
+                return;
+            };
             let served = Arc::clone(b.served());
             drop(b);
             if let Ok(served) = Arc::try_unwrap(served) {

@@ -305,8 +305,9 @@ fn floats_of_json(v: &serde_json::Value) -> Vec<f32> {
         .collect()
 }
 
-/// Every route and error over raw HTTP.
-fn drive_raw(server: &Server, model: &str, platform: &str, r: &Reference) {
+/// Every route and error over raw HTTP; `library`: the library's own
+/// server (its fallback 404 and its `/metrics` too).
+fn drive_raw(server: &Server, model: &str, platform: &str, r: &Reference, library: bool) {
     let addr = server.addr.as_str();
     let get = |path: &str| raw(addr, "GET", path, &[], b"");
     for path in ["/v2/health/live", "/v2/health/ready", "/healthz", "/readyz"] {
@@ -347,8 +348,10 @@ fn drive_raw(server: &Server, model: &str, platform: &str, r: &Reference) {
             "{path}"
         );
     }
-    assert_eq!(get("/no/such/route").status, 404);
-    assert!(!get("/no/such/route").error().is_empty());
+    if library {
+        assert_eq!(get("/no/such/route").status, 404);
+        assert!(!get("/no/such/route").error().is_empty());
+    }
 
     let infer = format!("/v2/models/{model}/infer");
     let shape = serde_json::json!([r.rows(), r.features]);
@@ -471,6 +474,9 @@ fn drive_raw(server: &Server, model: &str, platform: &str, r: &Reference) {
     let (s, m) = bad(timed.to_string(), &[], &infer);
     assert!(s == 504 && m.contains("deadline"), "{s} {m}");
 
+    if !library {
+        return;
+    }
     let metrics = String::from_utf8(get("/metrics").body).expect("text");
     assert!(
         metrics.contains("serve_requests_total{route=\"infer\",status=\"200\"}")
@@ -499,7 +505,7 @@ fn serve_min_serves_a_torchscript_model_over_the_open_inference_protocol() {
         return;
     };
     let server = start_min(&model, Some("-1,32"));
-    drive_raw(&server, "serve_mlp", "pytorch_libtorch", &reference);
+    drive_raw(&server, "serve_mlp", "pytorch_libtorch", &reference, true);
     drive_with_tritonclient("torchscript", &server, "serve_mlp", &reference);
     stops_on_sigterm(server);
 }
@@ -522,7 +528,22 @@ fn serve_min_serves_a_pt2_package_over_the_open_inference_protocol() {
         exact: false,
     };
     let server = start_min(&dir.join("serve_mlp.pt2"), None);
-    drive_raw(&server, "serve_mlp", "pytorch_aoti", &reference);
+    drive_raw(&server, "serve_mlp", "pytorch_aoti", &reference, true);
     drive_with_tritonclient("pt2", &server, "serve_mlp", &reference);
     stops_on_sigterm(server);
+}
+
+/// examples/serve.rs (batched) with `--input-shape` and `--name`: the
+/// library's `/v2` routes over its own batcher, beside its `/predict`;
+/// every route and error over raw HTTP and through tritonclient, each
+/// answer bitwise PyTorch's eval output.
+#[test]
+fn the_example_server_speaks_the_open_inference_protocol_beside_its_json() {
+    let model = workspace().join("tests/data/serve_mlp.pt");
+    let Some(reference) = torchscript_reference(&model) else {
+        return;
+    };
+    let server = super::start_as(false, false, &["--input-shape=-1,32", "--name", "mlp"]);
+    drive_raw(&server, "mlp", "pytorch_libtorch", &reference, false);
+    drive_with_tritonclient("example", &server, "mlp", &reference);
 }

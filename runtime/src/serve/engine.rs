@@ -12,6 +12,21 @@ use crate::aoti::{InputDim, Package};
 use crate::batch::{self, BatchOptions, BatchStats, Batcher, Ticket};
 use crate::{Context, Inference, ScopeError, Servable};
 
+impl<M: Servable + Send + Sync + 'static> Submit for Arc<Batcher<M>> {
+    fn submit_in(&self, ctx: Context, inputs: Vec<Tensor>, deadline: Option<Instant>) -> Ticket {
+        Batcher::submit_in(self, ctx, inputs, deadline)
+    }
+    fn stats(&self) -> BatchStats {
+        Batcher::stats(self)
+    }
+    fn queued(&self) -> usize {
+        Batcher::queued(self)
+    }
+    fn live_workers(&self) -> usize {
+        Batcher::live_workers(self)
+    }
+}
+
 /// Triton's platform name for a TorchScript model, as the metadata says it.
 pub use super::oip::PLATFORM_TORCHSCRIPT;
 
@@ -77,6 +92,24 @@ impl Engine {
         Self {
             batcher: Box::new(batcher),
             platform: PLATFORM_TCH_SCOPE,
+            inputs: None,
+        }
+    }
+
+    /// Serves a batcher that other code shares: an application's own
+    /// routes submitting to it beside the protocol's (see
+    /// [`Server::oip_routes`](super::Server::oip_routes)). The platform is
+    /// `platform` ([`PLATFORM_TORCHSCRIPT`], [`PLATFORM_AOTI`], …); it
+    /// declares no inputs (give them with
+    /// [`Server::input`](super::Server::input)).
+    #[must_use]
+    pub fn shared<M: Servable + Send + Sync + 'static>(
+        batcher: Arc<Batcher<M>>,
+        platform: &'static str,
+    ) -> Self {
+        Self {
+            batcher: Box::new(batcher),
+            platform,
             inputs: None,
         }
     }

@@ -14,7 +14,7 @@ use super::connections::{Limits, serve_connection};
 use super::engine::{Engine, datatype_of};
 use super::metrics::Counters;
 use super::oip::{Datatype, ModelMetadata};
-use super::routes::{App, router};
+use super::routes::{App, oip_router, router};
 use crate::{Context, ScopeError};
 
 /// An HTTP server for one model, over the Open Inference Protocol
@@ -144,6 +144,43 @@ impl Server {
     /// be bound.
     pub async fn bind(self, addr: SocketAddr) -> Result<Listening, ScopeError> {
         let error = |reason: String| ScopeError::new("serve", None, reason);
+        let (limits, max_connections, shutdown_timeout) =
+            (self.limits, self.max_connections, self.shutdown_timeout);
+        let app = Arc::new(self.app().await?);
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| error(format!("cannot listen on {addr}: {e}")))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| error(format!("cannot read the address bound: {e}")))?;
+        Ok(Listening {
+            listener,
+            local,
+            app,
+            limits,
+            max_connections,
+            shutdown_timeout,
+        })
+    }
+
+    /// The Open Inference Protocol's routes alone (`/v2/…`, no fallback),
+    /// for an application that serves its own routes and connections: merge
+    /// them into its axum (0.8) router. The model is warmed up first, as by
+    /// [`bind`](Self::bind); the connection settings are the
+    /// application's own, the body limit and timeout and the default
+    /// deadline this server's.
+    ///
+    /// # Errors
+    /// As [`bind`](Self::bind)'s, without the listening.
+    pub async fn oip_routes(self) -> Result<axum::Router, ScopeError> {
+        let app = self.app().await?;
+        Ok(oip_router(Arc::new(app)))
+    }
+
+    /// The model's metadata (after its warm-up) and the state of the
+    /// routes.
+    async fn app(self) -> Result<App, ScopeError> {
+        let error = |reason: String| ScopeError::new("serve", None, reason);
         let inputs = if self.inputs.is_empty() {
             self.engine.inputs().map(<[_]>::to_vec).ok_or_else(|| {
                 error(format!(
@@ -156,28 +193,14 @@ impl Server {
         };
         let outputs = warm_up(&self.engine, &inputs).await.map_err(error)?;
         let meta = ModelMetadata::new(self.name, self.engine.platform(), inputs, outputs);
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| error(format!("cannot listen on {addr}: {e}")))?;
-        let local = listener
-            .local_addr()
-            .map_err(|e| error(format!("cannot read the address bound: {e}")))?;
-        let app = Arc::new(App::new(
+        Ok(App::new(
             meta,
             self.engine,
             Arc::new(Counters::default()),
             self.body_limit,
             self.body_timeout,
             self.default_deadline,
-        ));
-        Ok(Listening {
-            listener,
-            local,
-            app,
-            limits: self.limits,
-            max_connections: self.max_connections,
-            shutdown_timeout: self.shutdown_timeout,
-        })
+        ))
     }
 
     /// [`bind`](Self::bind), then [`Listening::serve`]: serves until

@@ -68,6 +68,19 @@ impl App {
 /// Every route, on `app`.
 pub(crate) fn router(app: Arc<App>) -> Router {
     Router::new()
+        .route("/predict", post(predict::predict))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(Arc::clone(&app))
+        .merge(oip_router(app))
+}
+
+/// The Open Inference Protocol's routes, on `app`.
+pub(crate) fn oip_router(app: Arc<App>) -> Router {
+    Router::new()
         .route("/v2", get(v2::server_metadata))
         .route("/v2/health/live", get(health::live))
         .route("/v2/health/ready", get(health::ready))
@@ -86,11 +99,6 @@ pub(crate) fn router(app: Arc<App>) -> Router {
             "/v2/models/{name}/versions/{version}/infer",
             post(v2::infer_version),
         )
-        .route("/predict", post(predict::predict))
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(metrics))
-        .fallback(not_found)
         // The body limit is ours (a 400 with a message), not axum's 413.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(app)
