@@ -32,20 +32,21 @@ fn env_i64(name: &str, default: i64) -> i64 {
         .unwrap_or(default)
 }
 
-/// Rank 1 of the group's first attempt, in the middle of step `at`: writes
-/// its pid for the test to SIGKILL it, and waits (bounded) to be killed.
+/// The chosen rank of the group's first attempt, in the middle of step
+/// `at`: writes its pid for the test to SIGKILL it, and waits (bounded) to
+/// be killed.
 fn wait_to_be_killed(dir: &Path) -> String {
     let pid = dir.join("pid");
     let tmp = dir.join("pid.tmp");
     std::fs::write(&tmp, std::process::id().to_string()).unwrap();
     std::fs::rename(&tmp, &pid).unwrap();
     std::thread::sleep(Duration::from_secs(30));
-    "rank 1 was not killed within 30 s".to_owned()
+    "the rank was not killed within 30 s".to_owned()
 }
 
-/// Trains in `dir` (resuming from `dir/run.ot`'s parts); rank 1 of the
-/// first attempt waits to be killed in step `kill_at` (-1: never).
-fn run(dir: &Path, kill_at: i64) -> Result<(), String> {
+/// Trains in `dir` (resuming from `dir/run.ot`'s parts); rank `victim`
+/// of the first attempt waits to be killed in step `kill_at` (-1: never).
+fn run(dir: &Path, kill_at: i64, victim: i64) -> Result<(), String> {
     let rank = env_i64("RANK", 0);
     let attempt = env_i64("TORCHELASTIC_RESTART_COUNT", 0);
     if rank == 0 {
@@ -105,7 +106,7 @@ fn run(dir: &Path, kill_at: i64) -> Result<(), String> {
             let (xb, yb) = (x.index_select(0, &idx), y.index_select(0, &idx));
             let h = l1.forward(&xb).relu().dropout(0.3, true);
             let loss = (l2.forward_t(&h, true) - yb).square().mean(Kind::Float);
-            if step == kill_at && rank == 1 && attempt == 0 {
+            if step == kill_at && rank == victim && attempt == 0 {
                 return Err(wait_to_be_killed(dir));
             }
             opt.zero_grad();
@@ -123,14 +124,48 @@ fn run(dir: &Path, kill_at: i64) -> Result<(), String> {
     Ok(())
 }
 
-/// A rank's side: does what `TCH_SCOPE_RANKS_WORKER` (`<dir> <kill_at>`)
-/// says.
+/// Each rank resumes from a folder of its own, in which rank 0 finds a
+/// complete step and rank 1 none: entering the checkpoint must fail on
+/// both, saying why.
+fn apart(dir: &Path) {
+    let rank = env_i64("RANK", 0);
+    let own = dir.join(format!("rank{rank}"));
+    let vs = VarStore::new(Device::Cpu);
+    let _l = nn::linear(vs.root() / "l", 2, 1, Default::default());
+    let path = own.join("run.ot");
+    let entered = std::panic::catch_unwind(|| {
+        scoped!(
+            distributed(from_env, timeout = Duration::from_secs(20)),
+            checkpoint(vs, &path, resume) => ()
+        );
+    });
+    if let Err(e) = entered {
+        let why = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default();
+        println!("REFUSED rank={rank} {why}");
+        std::process::exit(3);
+    }
+    println!("ENTERED rank={rank}");
+}
+
+/// A rank's side: does what `TCH_SCOPE_RANKS_WORKER` says:
+/// `<dir> <kill_at> <victim>`, or `<dir> apart`.
 #[test]
 #[ignore = "a rank of the torchrun groups the tests start"]
 fn worker() {
     let spec = std::env::var(WORKER_ENV).expect("set by the test");
-    let (dir, kill_at) = spec.rsplit_once(' ').expect("<dir> <kill_at>");
-    if let Err(e) = run(Path::new(dir), kill_at.parse().unwrap()) {
+    if let Some(dir) = spec.strip_suffix(" apart") {
+        apart(Path::new(dir));
+        return;
+    }
+    let mut parts = spec.rsplitn(3, ' ');
+    let victim = parts.next().unwrap().parse().unwrap();
+    let kill_at = parts.next().unwrap().parse().unwrap();
+    let dir = parts.next().expect("<dir> <kill_at> <victim>");
+    if let Err(e) = run(Path::new(dir), kill_at, victim) {
         eprintln!("rank failed: {e}");
         std::process::exit(3);
     }

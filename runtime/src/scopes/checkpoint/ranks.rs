@@ -14,17 +14,20 @@
 //! step `s` is complete when its shared part and all `world_size` rank
 //! parts exist. No rank waits for another to save (a periodic save stays
 //! on the background writer, no collective there): completeness is read
-//! from the folder. After each of its saves a rank removes its own parts of
-//! steps older than the newest complete one, so the newest complete step is
-//! never removed and a newer incomplete one never replaces it.
+//! from the folder. After each of its saves a rank removes the parts (any
+//! rank's) of steps older than the newest complete one, so the newest
+//! complete step is never removed, a newer incomplete one never replaces
+//! it, and the rank whose part completes a step leaves that step alone.
+//! (No rank writes a step older than a complete one: a removed part is
+//! never wanted again.)
 //!
 //! Without `resume`, entering removes the rank's parts of an earlier run.
 //! On `resume`, every rank finds the newest complete step and the ranks
 //! agree on it with one collective (a max and a min): a disagreement (the
 //! folder is not the same for every rank) is an error, never a resume from
 //! a step some rank lacks. Each rank then removes its own parts of newer,
-//! incomplete steps (left by a group that lost a rank), and loads the
-//! shared part with its own.
+//! incomplete steps (left by a group that lost a rank) and of older ones,
+//! and loads the shared part with its own.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -196,7 +199,12 @@ pub(super) fn save(
         outcome,
         file::save(&part(path, step, Some(ranks.rank)), turn, &own, log)?,
     );
-    prune(path, ranks, |s, complete| s < complete);
+    // Any rank's: no rank writes a step older than a complete one, so the
+    // rank whose part completes a step, pruning last, leaves that step
+    // alone in the folder.
+    prune(path, Whose::Everyone(ranks.world), |s, complete| {
+        s < complete
+    });
     Ok(outcome)
 }
 
@@ -209,19 +217,33 @@ fn worse(a: Replaced, b: Replaced) -> Replaced {
     }
 }
 
-/// Removes this rank's parts (and on rank 0 the shared ones) of the steps
-/// `doomed(step, newest complete step)` names; a part that can't be removed
-/// stays (it is never read while a newer step is complete).
-fn prune(path: &Path, ranks: Ranks, doomed: impl Fn(i64, i64) -> bool) {
-    let complete = newest_complete(path, ranks.world).unwrap_or(-1);
+/// Whose parts [`prune`] removes.
+#[derive(Clone, Copy)]
+enum Whose {
+    /// This rank's (and on rank 0 the shared ones).
+    Own(Ranks),
+    /// Every rank's, of a group of `world` ranks.
+    Everyone(usize),
+}
+
+/// Removes the parts (`whose`) of the steps `doomed(step, newest complete
+/// step)` names; a part that can't be removed stays (it is never read
+/// while a newer step is complete).
+fn prune(path: &Path, whose: Whose, doomed: impl Fn(i64, i64) -> bool) {
+    let world = match whose {
+        Whose::Own(r) => r.world,
+        Whose::Everyone(world) => world,
+    };
+    let complete = newest_complete(path, world).unwrap_or(-1);
     for (step, present) in parts(path) {
         if !doomed(step, complete) {
             continue;
         }
         for rank in present {
-            let mine = match rank {
-                Some(k) => k == ranks.rank,
-                None => ranks.rank == 0,
+            let mine = match (whose, rank) {
+                (Whose::Everyone(_), _) => true,
+                (Whose::Own(r), Some(k)) => k == r.rank,
+                (Whose::Own(r), None) => r.rank == 0,
             };
             if mine {
                 let _ = std::fs::remove_file(part(path, step, rank));
@@ -235,7 +257,7 @@ fn prune(path: &Path, ranks: Ranks, doomed: impl Fn(i64, i64) -> bool) {
 /// folder are never taken for this run's (as a single file is replaced
 /// by the run's first save).
 pub(super) fn forget(path: &Path, ranks: Ranks) {
-    prune(path, ranks, |_, _| true);
+    prune(path, Whose::Own(ranks), |_, _| true);
 }
 
 /// A checkpoint's tensors by name, and its metric log (as `file::read`
@@ -250,8 +272,9 @@ pub(super) fn read(path: &Path, ranks: Ranks, device: Device) -> Result<Option<C
     let mine = newest_complete(path, ranks.world).unwrap_or(-1);
     let step = agree(ranks, mine)?;
     // Parts of newer steps are incomplete: a group that lost a rank left
-    // them. This run will save those steps again.
-    prune(path, ranks, |s, _| s > step);
+    // them (this run will save those steps again). Older ones are never
+    // read again.
+    prune(path, Whose::Own(ranks), |s, _| s != step);
     if step < 0 {
         return Ok(None);
     }
@@ -340,13 +363,20 @@ mod tests {
         touch(&dir.join("run.step40x.rank1.ot"));
         assert_eq!(newest_complete(&path, 2), Some(20));
         assert_eq!(newest_complete(&path, 3), None);
-        // Rank 1 prunes only its own parts older than the complete step.
+        // Rank 1 alone: its own parts; after a save, every part older than
+        // the complete step.
         touch(&part(&path, 15, Some(1)));
         touch(&part(&path, 15, None));
-        prune(&path, Ranks { rank: 1, world: 2 }, |s, c| s < c);
+        touch(&part(&path, 10, Some(0)));
+        prune(&path, Whose::Own(Ranks { rank: 1, world: 2 }), |s, c| s < c);
         assert!(!part(&path, 15, Some(1)).exists());
         assert!(part(&path, 15, None).exists());
         assert!(part(&path, 20, Some(1)).exists());
+        prune(&path, Whose::Everyone(2), |s, c| s < c);
+        assert!(!part(&path, 15, None).exists());
+        assert!(!part(&path, 10, Some(0)).exists());
+        assert!(part(&path, 20, None).exists());
+        assert!(part(&path, 25, Some(0)).exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
