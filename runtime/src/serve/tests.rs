@@ -94,3 +94,71 @@ fn a_models_default_name_is_its_files_stem() {
     assert_eq!(model_name("models/mlp.pt"), "mlp");
     assert_eq!(model_name("serve_mlp.pt2"), "serve_mlp");
 }
+
+/// A `tch::nn` model trained here (`Send`, not `Sync`), served in
+/// replicas through a batcher: its answer over the protocol (JSON) is its
+/// direct forward's, bitwise.
+#[test]
+fn a_model_trained_in_rust_is_served_over_the_protocol_bitwise() {
+    use tch::nn::{self, Module, OptimizerConfig};
+    use tch::{Device, Kind};
+
+    tch::manual_seed(7);
+    let trained = nn::VarStore::new(Device::Cpu);
+    let net = nn::linear(trained.root() / "fc", 4, 2, nn::LinearConfig::default());
+    let mut opt = nn::Sgd::default().build(&trained, 0.1).unwrap();
+    for _ in 0..5 {
+        let x = Tensor::randn([8, 4], (Kind::Float, Device::Cpu));
+        let loss = net.forward(&x).pow_tensor_scalar(2).mean(Kind::Float);
+        opt.backward_step(&loss);
+    }
+    let served = Inference::replicated(2, |_| {
+        let mut vs = nn::VarStore::new(Device::Cpu);
+        let replica = nn::linear(vs.root() / "fc", 4, 2, nn::LinearConfig::default());
+        vs.copy(&trained)?;
+        Ok::<_, tch::TchError>(WithMode::new(replica))
+    })
+    .unwrap();
+    let batcher = Batcher::new(Arc::new(served), BatchOptions::new().workers(2), |r, xs| {
+        Ok(vec![r.get().forward(&xs[0])])
+    })
+    .unwrap();
+    let x = Tensor::randn([3, 4], (Kind::Float, Device::Cpu));
+    let want = tch::no_grad(|| net.forward(&x));
+    let want: Vec<f32> = Vec::try_from(want.flatten(0, -1)).unwrap();
+    let data: Vec<f32> = Vec::try_from(x.flatten(0, -1)).unwrap();
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let listening = Server::new("trained", Engine::new(batcher))
+            .input(Datatype::Fp32, &[-1, 4])
+            .bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = listening.local_addr();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(listening.serve_until(async {
+            let _ = stopped.await;
+        }));
+        let (status, body) = tokio::task::spawn_blocking(move || {
+            let body = serde_json::json!({
+                "inputs": [{"name": "input__0", "datatype": "FP32", "shape": [3, 4], "data": data}],
+            });
+            request(addr, "POST /v2/models/trained/infer", &body.to_string())
+        })
+        .await
+        .unwrap();
+        assert!(status.contains("200"), "{status} {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let got: Vec<f32> = v["outputs"][0]["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_f64().unwrap() as f32)
+            .collect();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want));
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    });
+}
