@@ -70,17 +70,10 @@ impl Counters {
         queued: usize,
         live: usize,
     ) -> String {
-        let mut s = String::new();
-        let mut family = |name: &str, kind: &str, help: &str| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            s.len()
-        };
-        family(
-            "serve_requests_total",
-            "counter",
-            "Requests answered, by route and status.",
+        let mut s = String::from(
+            "# HELP serve_requests_total Requests answered, by route and status.\n\
+             # TYPE serve_requests_total counter\n",
         );
-        let mut body = String::new();
         {
             let m = self
                 .requests
@@ -88,12 +81,11 @@ impl Counters {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             for ((route, status), n) in m.iter() {
                 let _ = writeln!(
-                    body,
+                    s,
                     "serve_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
                 );
             }
         }
-        s.push_str(&body);
         let mut one = |name: &str, kind: &str, help: &str, labels: &str, v: u64| {
             let _ = writeln!(
                 s,
@@ -116,47 +108,47 @@ impl Counters {
             load(&self.open),
         );
         let model = model.replace(['\\', '"', '\n'], "_");
-        let m = |extra: &str| format!("{{model=\"{model}\"{extra}}}");
+        let labels = format!("{{model=\"{model}\"}}");
         one(
             "serve_batch_inferences_total",
             "counter",
             "Requests computed (Triton's inference count).",
-            &m(""),
+            &labels,
             stats.inferences,
         );
         one(
             "serve_batch_executions_total",
             "counter",
             "Forwards run (Triton's execution count); inferences / executions is the mean batch size.",
-            &m(""),
+            &labels,
             stats.executions,
         );
         one(
             "serve_batch_expired_total",
             "counter",
             "Requests whose deadline passed before they were computed.",
-            &m(""),
+            &labels,
             stats.expired,
         );
         one(
             "serve_batch_refused_total",
             "counter",
             "Requests refused at submission (queue full or no worker).",
-            &m(""),
+            &labels,
             stats.refused,
         );
         one(
             "serve_batch_queued",
             "gauge",
             "Requests waiting for a worker.",
-            &m(""),
+            &labels,
             queued as u64,
         );
         one(
             "serve_batch_workers_live",
             "gauge",
             "Batcher worker threads running.",
-            &m(""),
+            &labels,
             live as u64,
         );
         let _ = writeln!(
