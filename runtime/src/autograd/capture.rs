@@ -8,7 +8,7 @@ use tch::{Device, Kind, Tensor};
 /// An owned copy of a value a recomputed function captures, sharing its
 /// tensors (`shallow_clone`): what `#[recompute]` keeps of its non-tensor
 /// parameters until the backward, and what a closure given to
-/// [`recompute`] can move in. Implemented for tensors, `nn::Linear`,
+/// [`recompute`](super::recompute) can move in. Implemented for tensors, `nn::Linear`,
 /// `Arc<T>`, plain values (numbers, `bool`, `Kind`, `Device`, `String`,
 /// `&'static str`), and `Option`s, `Vec`s and pairs of them; implement it
 /// for your own module (share its tensors) or pass an `Arc` of it.

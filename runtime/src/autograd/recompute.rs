@@ -374,7 +374,7 @@ enum Failure {
 ///
 /// `f` is kept until the backward, so it owns what it captures (`'static`,
 /// `Send`):
-/// move in shallow clones ([`Capture`]) or `Arc`s of modules. With grad
+/// move in shallow clones ([`Capture`](super::Capture)) or `Arc`s of modules. With grad
 /// mode off, or in inference mode, it is a plain call that saves nothing;
 /// so a recompute nested in `f` runs plainly in the forward and as a
 /// recompute of its own in the recomputation.
