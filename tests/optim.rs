@@ -367,7 +367,11 @@ fn a_leaked_checkpoint_guard_leaves_its_optimizer_reachable() {
     // Its periodic saves took the optimizer's state from the handle (the
     // last one may still be on the writer's thread: no exit waits for it).
     let saved = Checkpoint::read(&path).unwrap();
-    assert!((2..=3).contains(&saved.step), "saved at step {}", saved.step);
+    assert!(
+        (2..=3).contains(&saved.step),
+        "saved at step {}",
+        saved.step
+    );
     assert!(!saved.optimizer.is_empty(), "no optimizer state saved");
     std::fs::remove_file(&path).ok();
 }

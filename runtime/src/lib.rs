@@ -164,7 +164,6 @@
 pub mod aoti;
 pub mod autograd;
 pub mod batch;
-pub mod optim;
 mod clock;
 mod context;
 pub mod cuda;
@@ -176,6 +175,7 @@ mod future;
 mod lease;
 mod memory;
 mod not_send;
+pub mod optim;
 mod outcome;
 mod process_wide;
 pub mod report;

@@ -17,9 +17,9 @@ pub use crate::ffi::inject_fault;
 /// Test-only: a stop listener without a checkpoint (`tests/stop.rs`).
 pub use crate::stop::testing as stop;
 
-pub use crate::{Chain, End, EntryError, Outcome, Scope, ScopeError, Scoped, Spanned};
 /// `scoped!` bodies that may hide an `.await` in a macro (debug check).
 pub use crate::future::{Watch, watch_hidden_await};
+pub use crate::{Chain, End, EntryError, Outcome, Scope, ScopeError, Scoped, Spanned};
 
 use crate::{DeadlineGuard, When};
 use std::convert::Infallible;
