@@ -168,10 +168,8 @@ fn precision_and_kernel_words_under_the_renamed_crate() {
     // u64::MAX, as in torch.manual_seed.
     let [a, b, c, minus_one] = downstream::seeded_by_step(7, 7, 7);
     assert!(a.equal(&b) && b.equal(&c));
-    assert!(
-        minus_one
-            .equal(&ts::scoped!(seed(u64::MAX) => Tensor::rand([3], (Kind::Float, Device::Cpu))))
-    );
+    assert!(minus_one
+        .equal(&ts::scoped!(seed(u64::MAX) => Tensor::rand([3], (Kind::Float, Device::Cpu)))));
 }
 
 /// Attributed async handlers spawned on a multi-thread runtime,
