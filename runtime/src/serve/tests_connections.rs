@@ -184,3 +184,72 @@ fn a_body_that_stops_coming_is_answered_408() {
         "{text}"
     );
 }
+
+/// Set when [`Slow`] starts on a request of 2 rows (the warm-up has 1).
+static SLOW_STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A model that takes its time: a request is still in flight when the
+/// server is told to stop.
+#[derive(Debug)]
+struct Slow;
+
+impl tch::nn::Module for Slow {
+    fn forward(&self, x: &tch::Tensor) -> tch::Tensor {
+        if x.size()[0] == 2 {
+            SLOW_STARTED.store(true, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        x + 1
+    }
+}
+
+#[test]
+fn stopping_answers_the_request_in_flight_then_refuses_connections() {
+    use std::sync::Arc;
+
+    use crate::batch::{BatchOptions, Batcher};
+    use crate::{Inference, WithMode};
+
+    let served = Arc::new(Inference::new(WithMode::new(Slow)).unwrap());
+    let batcher = Batcher::new(served, BatchOptions::new(), |m, xs| {
+        Ok(vec![m.forward(&xs[0])])
+    })
+    .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listening = rt
+        .block_on(
+            Server::new("slow", super::Engine::new(batcher))
+                .input(Datatype::Fp32, &[-1, 1])
+                .bind("127.0.0.1:0".parse().unwrap()),
+        )
+        .unwrap();
+    let addr = listening.local_addr();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = rt.spawn(listening.serve_until(async {
+        let _ = stopped.await;
+    }));
+    let body = r#"{"inputs":[{"name":"input__0","datatype":"FP32","shape":[2,1],"data":[1,2]}]}"#;
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "POST /v2/models/slow/infer HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // The request is being computed when the stop comes.
+    let start = Instant::now();
+    while !SLOW_STARTED.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(start.elapsed() < Duration::from_secs(10), "never computed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    stop.send(()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.contains("[2.0,3.0]"),
+        "{text}"
+    );
+    rt.block_on(server).unwrap().unwrap();
+    assert!(TcpStream::connect(addr).is_err(), "still accepting");
+}
