@@ -16,6 +16,8 @@ use tch_scope::{Scope, TensorMemory};
 
 #[path = "autograd/gradcheck_layouts.rs"]
 mod gradcheck_layouts;
+#[path = "oracle.rs"]
+mod oracle;
 #[path = "autograd/recompute_inputs.rs"]
 mod recompute_inputs;
 #[path = "autograd/single_output.rs"]

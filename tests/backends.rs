@@ -7,6 +7,10 @@ use std::panic::catch_unwind;
 use std::sync::{Mutex, MutexGuard};
 
 use tch::{Device, Kind, Tensor};
+
+#[path = "oracle.rs"]
+mod oracle;
+use oracle::python;
 use tch_scope::{
     CudnnFlags, MatmulPrecision, Scope, ScopeError, SdpaBackend, allow_tf32, cudnn, cudnn_flags,
     matmul_precision, scoped, sdpa, sdpa_backends, tf32, try_scoped,
@@ -48,28 +52,6 @@ fn defaults() -> Flags {
         },
         sdpa: SdpaBackend::ALL.to_vec(),
     }
-}
-
-/// PyTorch's python, the oracle: `None` where it is not there (the GPU
-/// bundle's machine has its own PyTorch, found by `TCH_SCOPE_PYTHON`).
-fn python(script: &str) -> Option<String> {
-    let py = std::env::var_os("TCH_SCOPE_PYTHON")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            // Resolved first: python finds its venv from its own path.
-            let torch = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/../.libtorch"));
-            torch.ok().map(|t| t.join("../../../../bin/python"))
-        })?;
-    let out = std::process::Command::new(&py)
-        .args(["-c", script])
-        .output()
-        .ok()?;
-    assert!(
-        out.status.success(),
-        "{py:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 // ---- matmul_precision / tf32 ---------------------------------------------------

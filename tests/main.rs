@@ -17,6 +17,8 @@ mod exits;
 mod grad;
 mod linkage;
 mod optim;
+#[path = "oracle.rs"]
+mod oracle;
 mod outcome;
 mod request_context;
 mod send_futures;

@@ -10,6 +10,8 @@ use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 use tch_scope::optim::{Adam, AdamW, Optimizer, Sgd};
 
+use crate::oracle::python;
+
 const STEPS: usize = 20;
 
 /// The same deterministic values on both sides: computed in f64 by the
@@ -150,23 +152,6 @@ fn configs(vs: &VarStore) -> Vec<(&'static str, Box<dyn Optimizer>)> {
         ),
         ("sgd", Box::new(Sgd::new(vs, 0.1).unwrap())),
     ]
-}
-
-fn python(script: &str) -> Option<String> {
-    let torch = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/../.libtorch")).ok()?;
-    let py = std::env::var_os("TCH_SCOPE_PYTHON")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| torch.join("../../../../bin/python"));
-    let out = std::process::Command::new(&py)
-        .args(["-c", script])
-        .output()
-        .ok()?;
-    assert!(
-        out.status.success(),
-        "{py:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 #[test]

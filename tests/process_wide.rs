@@ -6,6 +6,8 @@
 
 #[allow(dead_code, reason = "each test binary uses a part of it")]
 mod bundle;
+#[path = "oracle.rs"]
+mod oracle;
 #[path = "process_wide/seed_integers.rs"]
 mod seed_integers;
 

@@ -5,6 +5,8 @@
 use tch::{Device, Kind, Tensor};
 use tch_scope::autograd::{Ctx, Function, gradcheck};
 
+use super::oracle::python;
+
 /// sin, by hand (a right backward).
 struct Sin;
 
@@ -121,28 +123,6 @@ fn verdict(name: &str, x: &Tensor) -> (String, String) {
         Err(e) if e.output().is_some() => ("fail".into(), e.to_string()),
         Err(e) => ("error".into(), e.to_string()),
     }
-}
-
-/// PyTorch's python (the bootstrap's, beside `.libtorch`, or
-/// `TCH_SCOPE_PYTHON`).
-fn python(script: &str) -> Option<String> {
-    let py = std::env::var_os("TCH_SCOPE_PYTHON")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            // Resolved first: python finds its venv from its own path.
-            let torch = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/../.libtorch"));
-            torch.ok().map(|t| t.join("../../../../bin/python"))
-        })?;
-    let out = std::process::Command::new(&py)
-        .args(["-c", script])
-        .output()
-        .ok()?;
-    assert!(
-        out.status.success(),
-        "{py:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 /// What gradcheck must decide whatever PyTorch is at hand: a backward of

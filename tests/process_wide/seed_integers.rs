@@ -6,29 +6,8 @@
 
 use tch_scope::{Scope, Seed, scoped, try_scoped};
 
+use super::oracle::python;
 use super::{rand, serial};
-
-/// PyTorch's python (the bootstrap's, beside `.libtorch`, or
-/// `TCH_SCOPE_PYTHON`); `None` where there is none.
-fn python(script: &str) -> Option<String> {
-    let py = std::env::var_os("TCH_SCOPE_PYTHON")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            // Resolved first: python finds its venv from its own path.
-            let torch = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/../.libtorch"));
-            torch.ok().map(|t| t.join("../../../../bin/python"))
-        })?;
-    let out = std::process::Command::new(&py)
-        .args(["-W", "ignore", "-c", script])
-        .output()
-        .ok()?;
-    assert!(
-        out.status.success(),
-        "{py:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
 
 /// For each seed (as Python reads the decimal), PyTorch's
 /// `initial_seed()` after `manual_seed(seed)` and its `rand(3)`.
