@@ -56,8 +56,13 @@ test: libtorch
 #     scripts/bootstrap-mlserver.sh), each on the fastest encoding the
 #     Open Inference Protocol gives it (tch-scope: binary tensor data once
 #     the server speaks the protocol; MLServer: JSON tensors, its REST API
-#     has no binary extension), with the goals' ratio lines.
-# Each server's line says the protocol its requests went in.
+#     has no binary extension), with the goals' ratio lines;
+#  5. the encodings: the batched server, 32 connections, its own JSON
+#     (/predict) against the protocol's binary tensor data, each run with
+#     the server's CPU per request (the binary run needs the server's /v2
+#     routes; before them both runs go to /predict, and say so).
+# Each server's line says the protocol its requests went in: the batched
+# server's /v2 routes when it has them (binary), the others' /predict.
 # The exports (the .pt2 needs a C++ compiler, about 30 s on 2 cores) are
 # kept in target/load/, keyed by the scripts and the torch they run.
 LOAD_ARGS ?= --rounds 4 --requests 20000 --concurrency 16
@@ -68,6 +73,7 @@ LOAD_MLP = --model $(LOAD_DIR)/load_mlp.pt --reference $(LOAD_DIR)/load_mlp.json
 LOAD_BATCH_ARGS ?= --rounds 2 --requests 6000 --concurrency 32
 LOAD_ONE_ARGS ?= --rounds 2 --requests 2000 --concurrency 1
 LOAD_MLSERVER_ARGS ?= --rounds 2 --requests 6000 --concurrency 32
+LOAD_ENCODING_ARGS ?= --rounds 2 --requests 6000 --concurrency 32
 LOAD_BIN = $(or $(CARGO_TARGET_DIR),target)/release/examples/load
 load: libtorch
 	$(CARGO) build --release --workspace --example serve --example load
@@ -83,6 +89,8 @@ load: libtorch
 	$(LOAD_BIN) --servers batched,unbatched $(LOAD_ONE_ARGS) $(LOAD_MLP)
 	$(LOAD_BIN) --servers batched,mlserver --valid-only \
 		$(LOAD_MLSERVER_ARGS) $(LOAD_MLP)
+	$(LOAD_BIN) --servers batched,batched --protocol predict,auto \
+		$(LOAD_ENCODING_ARGS) $(LOAD_MLP)
 
 # tests/downstream: a crate of its own workspace that uses tch-scope as a
 # user's crate does (renamed dependency, edition 2021, the README's rpath

@@ -21,7 +21,8 @@
 //! `scripts/mlserver_runtime.py`; installed by
 //! `scripts/bootstrap-mlserver.sh`; TorchScript models only).
 //!
-//! The protocol (`--protocol`, each server's line says which it got):
+//! The protocol (`--protocol`, one for all or one per server; each
+//! server's line says which it got):
 //! the tch-scope server is driven over the Open Inference Protocol with
 //! binary tensor data (`POST /v2/models/{stem}/infer`) when it answers
 //! `GET /v2/health/ready` with 200, else over its own JSON (`/predict`);
@@ -155,10 +156,12 @@ struct Args {
     /// MLServer's `max_batch_time`: 2 ms when absent).
     #[arg(long)]
     max_delay_ms: Option<u64>,
-    /// The encoding of every request; default: each server's fastest (see
-    /// the module docs).
-    #[arg(long, value_enum)]
-    protocol: Option<Protocol>,
+    /// The encoding of the requests: one for every server, or one per
+    /// server in `--servers`' order (the same server twice, each on its
+    /// own: `--servers batched,batched --protocol predict,v2-binary`);
+    /// default: each server's fastest (see the module docs).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    protocol: Vec<Choice>,
     /// Every request valid: no tight deadlines, nothing malformed.
     #[arg(long)]
     valid_only: bool,
@@ -229,8 +232,48 @@ fn parse_args() -> Args {
              give --valid-only (every server of the run gets the same valid requests)",
         );
     }
+    if a.protocol.len() > 1 && a.protocol.len() != a.servers.len() {
+        clap_error("--protocol: give one for every server, or one per server of --servers");
+    }
     a.model = a.models[0].clone();
     a
+}
+
+/// A `--protocol`: an encoding, or `auto` (the server's fastest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Choice {
+    /// The server's fastest (see the module docs).
+    Auto,
+    /// The server's own JSON (`/predict`).
+    Predict,
+    /// The Open Inference Protocol, JSON tensors.
+    V2Json,
+    /// The Open Inference Protocol, binary tensor data.
+    V2Binary,
+}
+
+impl Choice {
+    fn forced(self) -> Option<Protocol> {
+        match self {
+            Self::Auto => None,
+            Self::Predict => Some(Protocol::Predict),
+            Self::V2Json => Some(Protocol::V2Json),
+            Self::V2Binary => Some(Protocol::V2Binary),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        self.forced().map_or("auto", Protocol::name)
+    }
+}
+
+/// What `--protocol` says for the `k`-th server.
+fn choice_for(args: &Args, k: usize) -> Choice {
+    match args.protocol.as_slice() {
+        [] => Choice::Auto,
+        [one] => *one,
+        many => many.get(k).copied().unwrap_or(Choice::Auto),
+    }
 }
 
 fn clap_error(message: &str) -> ! {
@@ -283,8 +326,16 @@ fn tolerance_for(args: &Args, kind: Option<ServerKind>) -> f32 {
 }
 
 /// Where a run against `kind` at `addr` sends its requests, and how.
-async fn target(args: &Args, kind: Option<ServerKind>, addr: &str) -> Target {
-    let protocol = servers::protocol(args, kind, addr).await;
+async fn target(
+    args: &Args,
+    kind: Option<ServerKind>,
+    forced: Option<Protocol>,
+    addr: &str,
+) -> Target {
+    let protocol = match forced {
+        Some(p) => p,
+        None => servers::protocol(kind, addr).await,
+    };
     let path = match protocol {
         Protocol::Predict => "/predict".to_string(),
         Protocol::V2Json | Protocol::V2Binary => {
@@ -306,20 +357,30 @@ fn run_model(args: &Args, label: Option<&str>) -> Result<bool, String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let mut results: Vec<(&str, Option<ServerKind>, Acc)> = Vec::new();
+    let mut results: Vec<(String, Option<ServerKind>, Acc)> = Vec::new();
     if let Some(addr) = &args.addr {
         let mut acc = Acc::default();
         let tolerance = tolerance_for(args, None);
         rt.block_on(async {
-            let t = target(args, None, addr).await;
+            let t = target(args, None, choice_for(args, 0).forced(), addr).await;
             report::one_run(&t, None, &pool, args, tolerance, true, &mut acc).await
         })?;
-        results.push(("server", None, acc));
+        results.push(("server".into(), None, acc));
     } else {
         let servers = &args.servers;
+        // With one encoding a server, each line names its server's.
+        let by_protocol = args.protocol.len() > 1;
         results = servers
             .iter()
-            .map(|k| (k.name(), Some(*k), Acc::default()))
+            .enumerate()
+            .map(|(i, k)| {
+                let name = if by_protocol {
+                    format!("{} {}", k.name(), choice_for(args, i).name())
+                } else {
+                    k.name().into()
+                };
+                (name, Some(*k), Acc::default())
+            })
             .collect();
         for round in 0..args.rounds {
             // ABBA: the order reverses every other round.
@@ -334,7 +395,8 @@ fn run_model(args: &Args, label: Option<&str>) -> Result<bool, String> {
                 let tolerance = tolerance_for(args, Some(kind));
                 let acc = &mut results[k].2;
                 rt.block_on(async {
-                    let t = target(args, Some(kind), &server.addr).await;
+                    let forced = choice_for(args, k).forced();
+                    let t = target(args, Some(kind), forced, &server.addr).await;
                     let check = kind.is_serve();
                     report::one_run(&t, Some(&server), &pool, args, tolerance, check, acc).await
                 })?;

@@ -184,6 +184,19 @@ fn matches(a: &Answer, protocol: Protocol, expected: &[f32], tolerance: f32) -> 
             .all(|(g, e)| g.to_bits() == e.to_bits() || (g - e).abs() <= tolerance)
 }
 
+/// What a 200 answer off the reference held: its length and first values,
+/// or why it could not be read.
+fn off_reference(i: usize, a: &Answer, protocol: Protocol) -> String {
+    match output(a, protocol) {
+        Ok(v) => format!(
+            "request {i}: {} values off the reference, the first {:?}",
+            v.len(),
+            &v[..v.len().min(4)]
+        ),
+        Err(e) => format!("request {i}: an answer that does not read: {e}"),
+    }
+}
+
 /// Sends requests `0..n` (each to the next free connection) over
 /// `concurrency` connections, stopping early after `max`.
 pub async fn drive(
@@ -251,9 +264,8 @@ pub async fn drive(
                         }
                         if !matches(&a, t.protocol, &pool.expected[req.pool], tolerance) {
                             c.wrong += 1;
-                            r.first_error.get_or_insert_with(|| {
-                                format!("request {i}: a wrong answer: {:?}", output(&a, t.protocol))
-                            });
+                            r.first_error
+                                .get_or_insert_with(|| off_reference(i, &a, t.protocol));
                         }
                     }
                     (Ok(a), Class::Valid | Class::Tight) if a.status == 504 => c.deadline += 1,

@@ -19,7 +19,7 @@ const POOL: usize = 256;
 pub const BODY_LIMIT: usize = 65_536;
 
 /// How a request and its answer are encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
     /// The server's own JSON: `POST /predict {"shape", "data"}`.
     Predict,

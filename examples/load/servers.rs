@@ -192,15 +192,12 @@ pub fn start(args: &Args, pool: &Pool, kind: ServerKind) -> Result<Server, Strin
     Ok(server)
 }
 
-/// The protocol a run drives `kind` at `addr` over: `--protocol` when
-/// given; else MLServer's JSON tensors (its REST API has no binary
+/// The protocol a run drives `kind` at `addr` over when `--protocol` sets
+/// none: MLServer's JSON tensors (its REST API has no binary
 /// extension: 1.7.1 answers a binary request 422), FastAPI's `/predict`,
 /// and for the tch-scope server the binary protocol when it answers
 /// `GET /v2/health/ready` with 200, else its own JSON.
-pub async fn protocol(args: &Args, kind: Option<ServerKind>, addr: &str) -> Protocol {
-    if let Some(p) = args.protocol {
-        return p;
-    }
+pub async fn protocol(kind: Option<ServerKind>, addr: &str) -> Protocol {
     match kind {
         Some(ServerKind::Mlserver) => Protocol::V2Json,
         Some(ServerKind::Fastapi) => Protocol::Predict,
