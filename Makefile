@@ -63,6 +63,9 @@ test: libtorch
 #     routes; before them both runs go to /predict, and say so).
 # Each server's line says the protocol its requests went in: the batched
 # server's /v2 routes when it has them (binary), the others' /predict.
+# --forward-limit: after each run's rounds, the model's forward alone at
+# each server's mean batch size (its /metrics), and the share of it each
+# server reached (of_limit; not MLServer's, whose batches are not read).
 # The exports (the .pt2 needs a C++ compiler, about 30 s on 2 cores) are
 # kept in target/load/, keyed by the scripts and the torch they run.
 LOAD_ARGS ?= --rounds 4 --requests 20000 --concurrency 16
@@ -84,12 +87,12 @@ load: libtorch
 	test -f $(LOAD_DIR)/load_mlp.json || \
 		$(LOAD_PYTHON) -W ignore scripts/export_models.py load_mlp $(LOAD_DIR)
 	$(LOAD_BIN) --servers unbatched,plain $(LOAD_ARGS) $(LOAD_MODELS)
-	$(LOAD_BIN) --servers batched,unbatched,plain,fastapi \
+	$(LOAD_BIN) --servers batched,unbatched,plain,fastapi --forward-limit \
 		$(LOAD_BATCH_ARGS) $(LOAD_MLP)
 	$(LOAD_BIN) --servers batched,unbatched $(LOAD_ONE_ARGS) $(LOAD_MLP)
-	$(LOAD_BIN) --servers batched,mlserver --valid-only \
+	$(LOAD_BIN) --servers batched,mlserver --valid-only --forward-limit \
 		$(LOAD_MLSERVER_ARGS) $(LOAD_MLP)
-	$(LOAD_BIN) --servers batched,batched --protocol predict,auto \
+	$(LOAD_BIN) --servers batched,batched --protocol predict,auto --forward-limit \
 		$(LOAD_ENCODING_ARGS) $(LOAD_MLP)
 
 # tests/downstream: a crate of its own workspace that uses tch-scope as a

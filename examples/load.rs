@@ -65,6 +65,8 @@
 mod client;
 #[path = "common/floats.rs"]
 mod floats;
+#[path = "load/limit.rs"]
+mod limit;
 #[path = "load/oip.rs"]
 mod oip;
 #[path = "load/report.rs"]
@@ -199,6 +201,11 @@ struct Args {
     /// One JSON line per server instead of the table.
     #[arg(long)]
     json: bool,
+    /// After the rounds, measure the model's forward alone at each
+    /// server's mean batch size and print the share of it each reached
+    /// (TorchScript models; not MLServer, whose batches are not read).
+    #[arg(long)]
+    forward_limit: bool,
 }
 
 fn at_least_one(s: &str) -> Result<usize, String> {
@@ -325,6 +332,41 @@ fn tolerance_for(args: &Args, kind: Option<ServerKind>) -> f32 {
         })
 }
 
+/// The forward-alone limit of each server (`--forward-limit`): at its mean
+/// batch size (1 for a server that does not batch), on as many threads as
+/// it has workers, each measured once for 2 s with no server running.
+fn forward_limits(
+    args: &Args,
+    pool: &requests::Pool,
+    kinds: &[Option<ServerKind>],
+    summaries: &mut [report::Summary],
+) -> Result<(), String> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    for (s, kind) in summaries.iter_mut().zip(kinds) {
+        let (batch, workers) = match kind {
+            Some(ServerKind::Mlserver) | None => continue,
+            Some(ServerKind::Fastapi) => (1.0, args.workers.unwrap_or(2)),
+            Some(k) => {
+                let b = s.mean_batch.unwrap_or(1.0);
+                let b = if *k == ServerKind::Batched { b } else { 1.0 };
+                (b, args.workers.unwrap_or(cores))
+            }
+        };
+        let rows = (batch.round() as usize).max(1);
+        let rate = limit::forward_alone(
+            &args.model,
+            rows,
+            pool.features,
+            workers,
+            std::time::Duration::from_secs(2),
+        )?;
+        s.mean_batch = Some(batch);
+        s.forward_limit_rps = Some(rate);
+        s.of_limit = Some(s.counts.ok as f64 / s.seconds.max(1e-9) / rate);
+    }
+    Ok(())
+}
+
 /// Where a run against `kind` at `addr` sends its requests, and how.
 async fn target(
     args: &Args,
@@ -404,7 +446,7 @@ fn run_model(args: &Args, label: Option<&str>) -> Result<bool, String> {
             }
         }
     }
-    let summaries: Vec<_> = results
+    let mut summaries: Vec<_> = results
         .iter_mut()
         .map(|(n, _, a)| match label {
             Some(l) => a.summary(&format!("{n} {l}")),
@@ -412,5 +454,8 @@ fn run_model(args: &Args, label: Option<&str>) -> Result<bool, String> {
         })
         .collect();
     let kinds: Vec<_> = results.iter().map(|(_, k, _)| *k).collect();
+    if args.forward_limit && !requests::is_package(&args.model) {
+        forward_limits(args, &pool, &kinds, &mut summaries)?;
+    }
     report::print(&summaries, &kinds, args, label)
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::client::{self, Counts, Target};
+use crate::limit;
 use crate::requests::Pool;
 use crate::servers::Server;
 use crate::{Args, ServerKind};
@@ -36,6 +37,13 @@ pub struct Summary {
     /// requests, per request; absent for a server `load` did not start.
     pub cpu_ms_per_request: Option<f64>,
     pub workers_checked: usize,
+    /// Requests per forward the server formed over the counted requests
+    /// (its `/metrics`; 1 for a server that does not batch).
+    pub mean_batch: Option<f64>,
+    /// Rows/s of the model's forward alone at that batch size
+    /// (`--forward-limit`), and the share of it the server's 200s reached.
+    pub forward_limit_rps: Option<f64>,
+    pub of_limit: Option<f64>,
     pub first_error: Option<String>,
 }
 
@@ -47,6 +55,8 @@ pub struct Acc {
     elapsed: Duration,
     cpu: Option<Duration>,
     workers: usize,
+    /// Requests computed and forwards run (the batcher's counters).
+    batches: Option<(f64, f64)>,
     protocols: Vec<&'static str>,
     first_error: Option<String>,
 }
@@ -66,6 +76,9 @@ impl Acc {
                 .cpu
                 .map(|c| c.as_secs_f64() * 1e3 / self.counts.requests.max(1) as f64),
             workers_checked: self.workers,
+            mean_batch: self.batches.map(|(n, b)| n / b.max(1.0)),
+            forward_limit_rps: None,
+            of_limit: None,
             first_error: self.first_error.clone(),
         }
     }
@@ -77,8 +90,16 @@ pub fn line(s: &Summary, width: usize) -> String {
         .cpu_ms_per_request
         .map(|c| format!(" cpu_ms_per_req={c:.3}"))
         .unwrap_or_default();
+    let batch = s
+        .mean_batch
+        .map(|b| format!(" mean_batch={b:.2}"))
+        .unwrap_or_default();
+    let limit = match (s.forward_limit_rps, s.of_limit) {
+        (Some(l), Some(f)) => format!(" forward_limit_rps={l:.0} of_limit={f:.3}"),
+        _ => String::new(),
+    };
     format!(
-        "{:<width$} protocol={} requests={} ok={} deadline={} rejected={} malformed={} wrong={} expired_computed={} p50_ms={:.3} p99_ms={:.3} rps={:.1}{cpu}",
+        "{:<width$} protocol={} requests={} ok={} deadline={} rejected={} malformed={} wrong={} expired_computed={} p50_ms={:.3} p99_ms={:.3} rps={:.1}{cpu}{batch}{limit}",
         format!("{}:", s.server),
         s.protocol,
         c.requests,
@@ -115,6 +136,11 @@ pub async fn one_run(
     )
     .await;
     let cpu0 = server.and_then(Server::cpu);
+    let batches0 = if check_workers {
+        limit::batch_counts(&target.addr).await
+    } else {
+        None
+    };
     let r = client::drive(
         target,
         Arc::clone(pool),
@@ -125,6 +151,10 @@ pub async fn one_run(
     )
     .await;
     let cpu1 = server.and_then(Server::cpu);
+    if let (Some(a), Some(b)) = (batches0, limit::batch_counts(&target.addr).await) {
+        let (n, e) = acc.batches.unwrap_or_default();
+        acc.batches = Some((n + b.0 - a.0, e + b.1 - a.1));
+    }
     if let (Some(a), Some(b)) = (cpu0, cpu1) {
         acc.cpu = Some(acc.cpu.unwrap_or_default() + b.saturating_sub(a));
     }
