@@ -48,7 +48,8 @@ server.
 
 The files are written to a temporary folder beside OUT_DIR and renamed into
 place at the end, so a reader sees all of them or none; an OUT_DIR that is
-already there is kept.
+already there with a whole set is kept, and one holding other files gets
+the files moved in, `wide.json` (the mark of a whole set) last.
 """
 
 import concurrent.futures
@@ -263,7 +264,13 @@ def main(out):
             # Another export (a second `cargo test` at once) finished
             # first: keep its files, which readers may be using.
             if not (out / "wide.json").exists():
-                raise
+                if not out.is_dir():
+                    raise
+                # A folder of other files (`make load` keeps the load MLP's
+                # export there too): move ours in one by one, wide.json
+                # last, since readers take it as the mark of a whole set.
+                for f in sorted(tmp.iterdir(), key=lambda f: f.name == "wide.json"):
+                    os.replace(f, out / f.name)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
