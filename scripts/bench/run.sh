@@ -9,7 +9,8 @@
 #   3. PyTorch Python's context managers (python_scopes.py)
 #   4. the deep-MLP workload, each variant in its own process, Rust and Python
 #   5. training memory: recompute against the plain model, Rust and Python
-#   6. compile cost of the macros (compile_cost.py; slow on its first run)
+#   6. what a checkpoint costs a training loop (runtime/benches/resume.rs)
+#   7. compile cost of the macros (compile_cost.py; slow on its first run)
 # and the floors: timed with the trace on, a switched-off report,
 # no_grad + eval on a 1000-module model (deep_model.py), memory_scope.
 # Steps run one after another so they don't compete for the cores.
@@ -103,6 +104,29 @@ if [ -x "$PY" ]; then
   "$PY" -W ignore scripts/bench/python_recompute.py >>"$OUT/recompute.jsonl" 2>/dev/null
 fi
 python3 scripts/bench/recompute_table.py "$OUT/recompute.jsonl" | tee "$OUT/recompute.md"
+
+# What a checkpoint costs a training loop (runtime/benches/resume.rs): the
+# step with no checkpoint, with the boundary copy, with `every = 10` in the
+# background, and the synchronous figure beside it; two model sizes.
+say "checkpoint cost (resume)"
+rm -f "$OUT/resume.jsonl"
+for size in "256 3 64" "1024 4 1"; do
+  set -- $size
+  MALLOC_MMAP_THRESHOLD_=67108864 MALLOC_TRIM_THRESHOLD_=1073741824 \
+    RESUME_WIDTH=$1 RESUME_LAYERS=$2 RESUME_BATCH=$3 \
+    "$CARGO" bench -p tch-scope --bench resume --quiet >>"$OUT/resume.jsonl"
+done
+python3 - "$OUT/resume.jsonl" <<'PY' | tee "$OUT/resume.md"
+import json, sys
+print("| params | plain step | boundary copy | every = 10, background | every = 10, synchronous | one save (steps) |")
+print("|--:|--:|--:|--:|--:|--:|")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print(f"| {r['params']:,} | {r['plain_ms']:.2f} ms | {r['copy_ms']:.2f} ms "
+          f"| {r['every10_background_ms']:.2f} ms ({r['background_ratio']:.2f}×) "
+          f"| {r['every10_sync_ms']:.2f} ms ({r['sync_ratio']:.2f}×) "
+          f"| {r['save_ms']:.1f} ms ({r['save_in_steps']:.1f}) |")
+PY
 
 say "compile cost"
 python3 scripts/bench/compile_cost.py "$OUT/compile_cost.json"
