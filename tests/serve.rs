@@ -162,11 +162,17 @@ fn start_as(debug: bool, plain: bool, extra: &[&str]) -> Server {
     if plain {
         cmd.arg("--plain");
     }
+    spawn(cmd, "serve")
+}
+
+/// Starts `cmd` (a server that prints `… http://ADDR …` as its first line
+/// on stdout), its stderr echoed and kept, and waits for that line.
+fn spawn(mut cmd: Command, what: &str) -> Server {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("serve starts");
+        .unwrap_or_else(|e| panic!("{what} starts: {e}"));
     let stdout = child.stdout.take().expect("piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -197,7 +203,12 @@ fn start_as(debug: bool, plain: bool, extra: &[&str]) -> Server {
     };
     let line = rx
         .recv_timeout(Duration::from_secs(60))
-        .expect("serve says where it listens within 60 s");
+        .unwrap_or_else(|_| {
+            panic!(
+                "{what} says where it listens within 60 s: {}",
+                server.stderr_text()
+            )
+        });
     server.addr = line
         .split("http://")
         .nth(1)
@@ -230,6 +241,18 @@ fn http_full(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, Headers, String) {
+    let (status, fields, body) = http_bytes(addr, method, path, headers, body);
+    (status, fields, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// As [`http_full`], the body as its bytes (a binary answer).
+fn http_bytes(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Headers, Vec<u8>) {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -250,8 +273,9 @@ fn http_full(
     if let Err(e) = s.read_to_end(&mut raw) {
         assert!(!raw.is_empty(), "no answer to {method} {path}: {e}");
     }
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n");
+    let head = String::from_utf8_lossy(&raw[..end.unwrap_or(raw.len())]).into_owned();
+    let body = end.map_or_else(Vec::new, |end| raw[end + 4..].to_vec());
     let status = head
         .split_whitespace()
         .nth(1)
@@ -263,7 +287,7 @@ fn http_full(
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    (status, fields, body.to_string())
+    (status, fields, body)
 }
 
 /// The value of the header `name` (lowercase), if it came.

@@ -8,13 +8,12 @@
 //! libtorch). Where the tritonclient venv or PyTorch's python cannot be
 //! had, the parts that need them print why and are skipped.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::{Server, floats_of_bits, pt2::packages, workspace};
+use super::{Server, floats_of_bits, pt2::packages, spawn, workspace};
 
 #[path = "oip_raw.rs"]
 mod raw;
@@ -41,51 +40,7 @@ fn serve_min() -> PathBuf {
 fn start_min(model: &Path, shape: Option<&str>) -> Server {
     let mut cmd = Command::new(serve_min());
     cmd.arg(model).arg("127.0.0.1:0").args(shape);
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve_min starts");
-    let stdout = child.stdout.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        if let Some(Ok(l)) = lines.next() {
-            let _ = tx.send(l);
-        }
-        for _ in lines {}
-    });
-    let stderr = Arc::new(Mutex::new(String::new()));
-    {
-        let pipe = child.stderr.take().expect("piped");
-        let stderr = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                eprintln!("{line}");
-                stderr.lock().unwrap().push_str(&line);
-            }
-        });
-    }
-    let mut server = Server {
-        child,
-        addr: String::new(),
-        stderr,
-    };
-    let line = rx
-        .recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| {
-            panic!(
-                "serve_min says where it listens within 60 s: {}",
-                server.stderr_text()
-            )
-        });
-    server.addr = line
-        .strip_prefix("listening on http://")
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-        .trim()
-        .to_owned();
-    server
+    spawn(cmd, "serve_min")
 }
 
 /// The reference: an input and the model's eval output for it.

@@ -1,11 +1,10 @@
 //! Every route and error of the Open Inference Protocol over raw HTTP,
 //! bytes in and out.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::time::Duration;
 
-use super::super::Server;
+use super::super::{Server, http_bytes};
 use super::Reference;
 
 /// An answer: status, headers (lowercase names) and the body's bytes.
@@ -41,39 +40,11 @@ impl Answer {
 
 /// One HTTP/1.1 request on its own connection, bytes in and out.
 fn raw(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {}\r\nconnection: close\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes()).unwrap();
-    s.write_all(body).unwrap();
-    let mut bytes = Vec::new();
-    s.read_to_end(&mut bytes).expect("the answer");
-    let end = bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a head");
-    let head = String::from_utf8_lossy(&bytes[..end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {head:?}"));
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
+    let (status, headers, body) = http_bytes(addr, method, path, headers, body);
     Answer {
         status,
         headers,
-        body: bytes[end + 4..].to_vec(),
+        body,
     }
 }
 
