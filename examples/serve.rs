@@ -69,20 +69,17 @@ mod floats;
 
 #[path = "serve/batched.rs"]
 mod batched;
-#[path = "serve/connections.rs"]
-mod connections;
 #[path = "serve/controls.rs"]
 mod controls;
 #[path = "serve/oip.rs"]
 mod oip;
 
 use batched::{BatchEngine, Batched, close_batcher};
-use connections::{Limits, serve_connection};
 use controls::{Control, ControlTicket, Controls, Ran, Registered, WORKER_NAME, batched_forward};
+use tch_scope::serve::connections::{Limits, serve_connection};
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::io;
 use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -97,14 +94,11 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use clap::Parser;
 use clap::builder::{RangedU64ValueParser, TypedValueParser};
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -115,9 +109,7 @@ use tch_scope::{
     Context, Inference, ScopeError, Servable, Trainable, is_grad_enabled,
     is_inference_mode_enabled, scope,
 };
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio::sync::{Semaphore, oneshot, watch};
 
 /// The model `scripts/export_models.py` exports with the bootstrap's
 /// PyTorch: [n, 32] -> [n, 8], BatchNorm and Dropout, saved in training mode.
@@ -1842,7 +1834,7 @@ fn install_metrics() -> Result<PrometheusHandle, String> {
     Ok(handle)
 }
 
-// ---- connections: examples/serve/connections.rs --------------------------
+// ---- connections: tch_scope::serve::connections ---------------------------
 
 /// The first SIGTERM or SIGINT sets `stop`; the next exits at once.
 fn watch_signals(stop: watch::Sender<bool>, bound: Duration) -> Result<(), String> {

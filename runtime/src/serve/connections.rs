@@ -20,16 +20,16 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::metrics::{Closed, Counters};
 
-/// A connection's clocks (see [`ConnClock`] and [`Watched`]).
+/// A connection's clocks: past any of them the server closes it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
+pub struct Limits {
     /// From a request head's first byte to its last.
-    pub(crate) header: Duration,
+    pub header: Duration,
     /// With no request in flight, no answer being written and no byte of
     /// a new request.
-    pub(crate) idle: Duration,
+    pub idle: Duration,
     /// An answer's write with no progress (no byte taken by the socket).
-    pub(crate) write: Duration,
+    pub write: Duration,
 }
 
 /// "No time yet" in [`ConnClock`]'s millisecond fields.
@@ -290,11 +290,28 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// Serves one connection until it ends, its clocks run out, or the server
-/// stops: `stop` closes it once its request in flight is answered, `abort`
-/// (the shutdown bound) at once. The permit is its place under the
-/// connection cap.
-pub(crate) async fn serve_connection(
+/// Serves one accepted connection with `router` under `limits`, for a
+/// program with an accept loop of its own ([`Server`](super::Server) has
+/// one): until it ends, its clocks run out, or `stop` turns true (closed
+/// once its request in flight is answered) or `abort` does (at once). The
+/// permit is its place under the program's connection cap, given back when
+/// it closes. Connections the clocks close are counted in the `metrics`
+/// facade (crate feature `metrics`) as
+/// `serve_connections_closed_total{reason="idle"|"header_timeout"|"write_timeout"}`.
+pub async fn serve_connection(
+    tcp: TcpStream,
+    router: Router,
+    limits: Limits,
+    stop: watch::Receiver<bool>,
+    abort: watch::Receiver<bool>,
+    permit: OwnedSemaphorePermit,
+) {
+    let counters = Arc::new(Counters::default());
+    serve_counted(tcp, router, limits, counters, stop, abort, permit).await;
+}
+
+/// [`serve_connection`], counted in the server's `counters`.
+pub(crate) async fn serve_counted(
     tcp: TcpStream,
     router: Router,
     limits: Limits,

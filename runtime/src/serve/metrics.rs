@@ -22,6 +22,17 @@ pub(crate) enum Closed {
     Write,
 }
 
+impl Closed {
+    /// Its `reason` label.
+    fn label(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Header => "header_timeout",
+            Self::Write => "write_timeout",
+        }
+    }
+}
+
 /// What the server counts.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -59,6 +70,10 @@ impl Counters {
             Closed::Write => &self.write,
         };
         c.fetch_add(1, Ordering::Relaxed);
+        // Also to the `metrics` facade, for a program that exports its own
+        // (one with its own accept loop over `serve_connection`).
+        #[cfg(feature = "metrics")]
+        metrics::counter!("serve_connections_closed_total", "reason" => why.label()).increment(1);
     }
 
     /// The Prometheus text exposition of these counters and of the
@@ -157,9 +172,9 @@ impl Counters {
              # TYPE serve_connections_closed_total counter"
         );
         for (reason, c) in [
-            ("idle", &self.idle),
-            ("header_timeout", &self.header),
-            ("write_timeout", &self.write),
+            (Closed::Idle.label(), &self.idle),
+            (Closed::Header.label(), &self.header),
+            (Closed::Write.label(), &self.write),
         ] {
             let _ = writeln!(
                 s,

@@ -48,7 +48,7 @@
 //! [`Listening::serve_until`]) answers the requests in flight within
 //! [`Server::shutdown_timeout`].
 
-mod connections;
+pub mod connections;
 mod engine;
 mod health;
 mod metrics;

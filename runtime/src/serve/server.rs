@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tch::Tensor;
 use tokio::sync::{Semaphore, watch};
 
-use super::connections::{Limits, serve_connection};
+use super::connections::{Limits, serve_counted};
 use super::engine::{Engine, datatype_of};
 use super::metrics::Counters;
 use super::oip::{Datatype, ModelMetadata};
@@ -339,7 +339,7 @@ impl Listening {
                 continue;
             };
             let _ = tcp.set_nodelay(true);
-            tokio::spawn(serve_connection(
+            tokio::spawn(serve_counted(
                 tcp,
                 routes.clone(),
                 limits,
