@@ -12,18 +12,19 @@ use crate::aoti::{InputDim, Package};
 use crate::batch::{self, BatchOptions, BatchStats, Batcher, Ticket};
 use crate::{Context, Inference, ScopeError, Servable};
 
-impl<M: Servable + Send + Sync + 'static> Submit for Arc<Batcher<M>> {
+/// A batcher shared with the program (`Engine::shared`).
+impl<S: Submit + ?Sized> Submit for Arc<S> {
     fn submit_in(&self, ctx: Context, inputs: Vec<Tensor>, deadline: Option<Instant>) -> Ticket {
-        Batcher::submit_in(self, ctx, inputs, deadline)
+        (**self).submit_in(ctx, inputs, deadline)
     }
     fn stats(&self) -> BatchStats {
-        Batcher::stats(self)
+        (**self).stats()
     }
     fn queued(&self) -> usize {
-        Batcher::queued(self)
+        (**self).queued()
     }
     fn live_workers(&self) -> usize {
-        Batcher::live_workers(self)
+        (**self).live_workers()
     }
 }
 
