@@ -56,7 +56,8 @@ fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> std::process::
     child.wait_with_output().expect("the child's output")
 }
 
-/// `serve` and `load` beside this test's binary (`target/<profile>/examples/`).
+/// `serve` and `load` beside this test's binary (`target/<profile>/examples/`),
+/// and the tests' own server `serve-lab` (this package's binary).
 /// `cargo test` holds the artifact directory's lock while tests run, so a
 /// nested `cargo build` would wait forever: `make test` builds them first
 /// (`cargo build --workspace --examples`; `cargo test --all-targets` builds
@@ -71,7 +72,7 @@ fn bins() -> &'static HashMap<String, PathBuf> {
             .and_then(Path::parent)
             .expect("target/<profile>")
             .join("examples");
-        ["serve", "load"]
+        let mut bins: HashMap<String, PathBuf> = ["serve", "load"]
             .into_iter()
             .map(|name| {
                 let path = dir.join(name);
@@ -82,7 +83,9 @@ fn bins() -> &'static HashMap<String, PathBuf> {
                 );
                 (name.to_string(), path)
             })
-            .collect()
+            .collect();
+        bins.insert("serve-lab".into(), PathBuf::from(env!("CARGO_BIN_EXE_serve-lab")));
+        bins
     })
 }
 
@@ -147,14 +150,14 @@ impl Server {
     }
 }
 
-/// `serve --debug` with `extra` flags (and `--plain` if `plain`).
+/// `serve-lab --debug` with `extra` flags (and `--plain` if `plain`).
 fn start(plain: bool, extra: &[&str]) -> Server {
     start_as(true, plain, extra)
 }
 
-/// `serve`, with `--debug` only if `debug`.
+/// `serve-lab`, with `--debug` only if `debug`.
 fn start_as(debug: bool, plain: bool, extra: &[&str]) -> Server {
-    let mut cmd = Command::new(&bins()["serve"]);
+    let mut cmd = Command::new(&bins()["serve-lab"]);
     cmd.args(["--addr", "127.0.0.1:0"]).args(extra);
     if debug {
         cmd.arg("--debug");
@@ -162,7 +165,7 @@ fn start_as(debug: bool, plain: bool, extra: &[&str]) -> Server {
     if plain {
         cmd.arg("--plain");
     }
-    spawn(cmd, "serve")
+    spawn(cmd, "serve-lab")
 }
 
 /// Starts `cmd` (a server that prints `… http://ADDR …` as its first line
