@@ -13,7 +13,7 @@ Writes into tests/data/ (a few KB):
   bn_dropout.json  a fixed input, PyTorch's eval-mode output for it, the
                    running stats after load, and each model's per-module
                    modes in modules() order
-  serve_mlp.pt     the model `examples/serve.rs` serves by default: one float
+  serve_mlp.pt     the model the serving tests serve (tests/serve.rs): one float
                    tensor [n, 32] in, one [n, 8] out; Linear 32->256 ->
                    BatchNorm1d -> ReLU -> Dropout -> Linear 256->256 ->
                    BatchNorm1d -> ReLU -> Dropout -> Linear 256->8, saved in

@@ -21,7 +21,7 @@ target/aoti/<torch version>-<hash of this script>/ and reads:
   wide.json   its shapes (no values: they are large), and
               `omp_num_threads`: the N written into its kernel (read back
               from the package's C++ source)
-  serve_mlp.pt2  the model examples/serve.rs serves by default
+  serve_mlp.pt2  the model the serving tests serve (tests/serve.rs)
               (tests/data/serve_mlp.pt: Linear 32->256 -> BatchNorm1d -> ReLU
               -> Dropout -> Linear 256->256 -> BatchNorm1d -> ReLU -> Dropout
               -> Linear 256->8), its weights read from that TorchScript file,

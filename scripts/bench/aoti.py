@@ -7,7 +7,7 @@ Python's own runner on them.
 `export` writes into DIR (a C++ compiler; about 30 s a package on 2 cores):
 
   mlp.pt, mlp_b1.pt2, mlp_b32.pt2
-                     the MLP examples/serve.rs serves (tests/data/serve_mlp.pt,
+                     the MLP the serving tests serve (tests/data/serve_mlp.pt,
                      [n, 32] -> [n, 8]): the TorchScript file as it is, and
                      packages of it (scripts/export_pt2.py's serve_mlp())
   conv.pt, conv_b1.pt2, conv_b32.pt2

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # TorchScript against AOTInductor .pt2, on its own:
 #   bash scripts/bench/aoti.sh
-# 1. scripts/bench/aoti.py export: the MLP examples/serve.rs serves and a
+# 1. scripts/bench/aoti.py export: the MLP the serving tests serve and a
 #    small conv net, as TorchScript and as .pt2 packages (batch 1 and 32),
 #    once into target/bench/aoti-<key of the script and the torch>/
 # 2. examples/benches/aoti.rs (release): CModule and Package latency at
