@@ -3,7 +3,23 @@
 //! (`controls.rs` has what the workers do with them), and the shutdown
 //! that closes it.
 
-use super::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use tch::{CModule, TchError, Tensor};
+use tch_scope::aoti::Package;
+use tch_scope::batch::{self, BatchError, BatchOptions, Batcher, Ticket as BatchTicket};
+use tch_scope::{Context, Inference, Servable, Trainable};
+use tokio::sync::oneshot;
+
+use crate::answers::{ApiError, no_worker, queue_full, queue_stayed_full};
+use crate::controls::{Control, ControlTicket, Controls, Registered, WORKER_NAME, batched_forward};
+use crate::debug_headers::{Fault, Ran};
+use crate::flags::Args;
+use crate::model::{MODEL, Model, input_tensor, read_output, refused};
+use crate::requests::{Input, Output};
+use crate::workers::{DEBUG_WAIT, Meeting, Phase, Workers};
 
 /// The tch-scope server with `--max-batch` above 1: each request goes to a
 /// [`Batcher`] (captured in the handler's scopes, by its deadline), whose
@@ -16,15 +32,15 @@ use super::*;
 /// `--queue` is the batcher's own cap ([`BatchOptions::max_queue`]),
 /// checked and pushed under the batcher's lock: exact however many
 /// handlers submit at once.
-pub(super) struct Batched {
-    pub(super) engine: Arc<BatchEngine>,
-    pub(super) controls: Arc<Controls>,
+pub(crate) struct Batched {
+    pub(crate) engine: Arc<BatchEngine>,
+    pub(crate) controls: Arc<Controls>,
     /// The warm-up requests' tickets (dropping one would cancel it).
     _warm_ups: Vec<ControlTicket>,
 }
 
 /// The batcher over the model's kind.
-pub(super) enum BatchEngine {
+pub(crate) enum BatchEngine {
     // Shared with the `/v2` routes' engine (`oip.rs`).
     Module(Arc<Batcher<CModule>>),
     Package(Arc<Batcher<Package>>),
@@ -43,7 +59,7 @@ impl BatchEngine {
         }
     }
 
-    pub(super) fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         match self {
             Self::Module(b) => b.queued(),
             Self::Package(b) => b.queued(),
@@ -51,14 +67,14 @@ impl BatchEngine {
     }
 
     /// The batcher's worker threads still running.
-    pub(super) fn live_workers(&self) -> usize {
+    pub(crate) fn live_workers(&self) -> usize {
         match self {
             Self::Module(b) => b.live_workers(),
             Self::Package(b) => b.live_workers(),
         }
     }
 
-    pub(super) fn stats(&self) -> batch::BatchStats {
+    pub(crate) fn stats(&self) -> batch::BatchStats {
         match self {
             Self::Module(b) => b.stats(),
             Self::Package(b) => b.stats(),
@@ -68,7 +84,7 @@ impl BatchEngine {
 
 impl Batched {
     /// Starts the batcher over `served` and queues each worker's warm-up.
-    pub(super) fn start<M: Model + Servable + Send + Sync + 'static>(
+    pub(crate) fn start<M: Model + Servable + Send + Sync + 'static>(
         served: Inference<M>,
         args: &Args,
         workers: Arc<Workers>,
@@ -160,7 +176,7 @@ impl Batched {
 
     /// [`try_control`](Self::try_control) until the queue has room, at most
     /// until `until` (the debug routes).
-    pub(super) async fn control(
+    pub(crate) async fn control(
         &self,
         mut op: Control,
         until: Instant,
@@ -177,7 +193,7 @@ impl Batched {
 
     /// The batcher's worker threads still running, less those the server
     /// knows are gone (`x-debug-fault: die` holds its thread).
-    pub(super) fn live(&self) -> usize {
+    pub(crate) fn live(&self) -> usize {
         self.controls.workers.live().min(self.engine.live_workers())
     }
 
@@ -188,7 +204,7 @@ impl Batched {
     /// `inference_mode` (an inference tensor cannot be saved for backward)
     /// and requires grad: the request asks the batcher for a graph, and is
     /// computed with grad mode, alone, its input as it is.
-    pub(super) async fn predict(
+    pub(crate) async fn predict(
         &self,
         ctx: Context,
         deadline: Instant,
@@ -331,7 +347,7 @@ fn batch_error(e: BatchError) -> ApiError {
 
 /// Drops the batcher (its workers finish what is queued, then end) and
 /// says, as the pool's shutdown does, that the model is back in its modes.
-pub(super) fn close_batcher(engine: Arc<BatchEngine>) {
+pub(crate) fn close_batcher(engine: Arc<BatchEngine>) {
     let Ok(engine) = Arc::try_unwrap(engine) else {
         return;
     };

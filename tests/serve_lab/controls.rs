@@ -4,17 +4,34 @@
 //! forward that tells them from requests; and the tickets that take a
 //! control back out of the registry when its route goes.
 
-use super::*;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::Poll;
+
+use tch::{Device, Kind, TchError, Tensor};
+use tch_scope::ScopeError;
+use tch_scope::batch::{BatchError, Ticket as BatchTicket};
+use tokio::sync::oneshot;
+
+use crate::debug_headers::{Fault, Ran};
+use crate::flags::Args;
+use crate::model::{MODEL, Model, refused};
+use crate::workers::{
+    DEBUG_WAIT, Gate, Meeting, Phase, ThreadState, WorkerReport, Workers, state_with,
+};
 
 /// What a control request makes the worker that takes it do.
-pub(super) enum Control {
+pub(crate) enum Control {
     /// The warm-up forward, once per worker (each waits at the meeting,
     /// bounded, so that every worker takes one).
     WarmUp {
         meeting: Arc<Meeting>,
         shape: Vec<i64>,
     },
-    /// `/debug/workers`: as [`Job::Check`].
+    /// `/debug/workers`: as [`Job::Check`](crate::pool::Job::Check).
     Check {
         meeting: Arc<Meeting>,
         reply: tokio::sync::mpsc::UnboundedSender<Result<WorkerReport, String>>,
@@ -30,10 +47,10 @@ pub(super) enum Control {
 }
 
 /// What the batcher's forward shares with the routes.
-pub(super) struct Controls {
+pub(crate) struct Controls {
     next: AtomicI64,
     ops: Mutex<HashMap<i64, Control>>,
-    pub(super) workers: Arc<Workers>,
+    pub(crate) workers: Arc<Workers>,
     /// Each worker's state at its first control request (the warm-up or
     /// a check; both are submitted from a thread with no scope open).
     at_start: Vec<OnceLock<Result<ThreadState, String>>>,
@@ -43,68 +60,11 @@ pub(super) struct Controls {
     threads: i32,
     /// Where a worker ended by `x-debug-fault: die` waits (never taking a
     /// request again) until shutdown opens it.
-    pub(super) graveyard: Gate,
+    pub(crate) graveyard: Gate,
     /// `--debug`: each request's forward adds a [`Ran`] output.
-    pub(super) debug: bool,
+    pub(crate) debug: bool,
     /// The next forward's number in its [`Ran`] (`--debug` only).
     forwards: AtomicI64,
-}
-
-/// What a request's forward in the batched server ran in (`--debug`
-/// only), read on the worker inside the forward, so inside the batch's
-/// context: the forward's number (one per model forward, a batch of
-/// requests or one alone, never reused) and the grad and inference modes.
-/// The forward returns it as one more output, `int64` `[rows, 3]` (each
-/// row `[forward, grad_mode, inference_mode]`), which the batcher splits
-/// back by rows like the model's output; the handler takes it off and
-/// answers it as headers (`x-debug-batch`, `x-debug-grad-mode`,
-/// `x-debug-inference-mode`).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Ran {
-    batch: i64,
-    grad_mode: bool,
-    inference_mode: bool,
-}
-
-impl Ran {
-    /// This thread's modes now, under a new forward number.
-    fn here(forwards: &AtomicI64) -> Ran {
-        Ran {
-            batch: forwards.fetch_add(1, Ordering::Relaxed),
-            grad_mode: is_grad_enabled(),
-            inference_mode: is_inference_mode_enabled(),
-        }
-    }
-
-    /// The output that carries it: `rows` equal rows.
-    fn output(self, rows: i64) -> Result<Tensor, TchError> {
-        let row = [
-            self.batch,
-            i64::from(self.grad_mode),
-            i64::from(self.inference_mode),
-        ];
-        Tensor::f_from_slice(&row)?
-            .f_view([1, 3])?
-            .f_expand([rows, 3], false)
-    }
-
-    /// A request's part of that output (its first row).
-    pub(super) fn read(t: &Tensor) -> Result<Ran, TchError> {
-        let at = |k: i64| t.f_int64_value(&[0, k]);
-        Ok(Ran {
-            batch: at(0)?,
-            grad_mode: at(1)? != 0,
-            inference_mode: at(2)? != 0,
-        })
-    }
-
-    /// Its answer headers.
-    pub(super) fn headers(self, h: &mut HeaderMap) {
-        h.insert("x-debug-batch", HeaderValue::from(self.batch));
-        let flag = |b: bool| HeaderValue::from_static(if b { "true" } else { "false" });
-        h.insert("x-debug-grad-mode", flag(self.grad_mode));
-        h.insert("x-debug-inference-mode", flag(self.inference_mode));
-    }
 }
 
 /// A batcher thread's worker number, known from its first forward on;
@@ -127,11 +87,11 @@ thread_local! {
 }
 
 /// The batcher's thread names: `model-worker-N`, as the pool's.
-pub(super) const WORKER_NAME: &str = "model-worker";
+pub(crate) const WORKER_NAME: &str = "model-worker";
 
 impl Controls {
     /// Nothing registered yet, for `args.workers` workers.
-    pub(super) fn new(workers: Arc<Workers>, args: &Args) -> Self {
+    pub(crate) fn new(workers: Arc<Workers>, args: &Args) -> Self {
         let n = args.workers;
         Self {
             next: AtomicI64::new(0),
@@ -147,14 +107,14 @@ impl Controls {
     }
 
     /// Registers `op`; the marker tensor that names it.
-    pub(super) fn add(&self, op: Control) -> Result<(i64, Tensor), TchError> {
+    pub(crate) fn add(&self, op: Control) -> Result<(i64, Tensor), TchError> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let marker = Tensor::f_scalar_tensor(id, (Kind::Int64, Device::Cpu))?;
         self.lock().insert(id, op);
         Ok((id, marker))
     }
 
-    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Control>> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Control>> {
         self.ops.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -170,7 +130,7 @@ impl Controls {
     }
 
     /// Control requests registered and not yet taken (`/debug/workers`).
-    pub(super) fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.lock().len()
     }
 
@@ -320,7 +280,7 @@ impl Drop for Busy<'_> {
 
 /// The batcher's forward: a control request, a request with a fault, or
 /// a batch of requests (their inputs concatenated along dim 0).
-pub(super) fn batched_forward(
+pub(crate) fn batched_forward(
     c: &Controls,
     m: &impl Model,
     xs: &[Tensor],
@@ -369,17 +329,17 @@ pub(super) fn batched_forward(
 
 /// Removes a request's fault from the registry when the request ends
 /// (taken or not).
-pub(super) struct Registered<'a>(pub(super) &'a Controls, pub(super) Option<i64>);
+pub(crate) struct Registered<'a>(pub(crate) &'a Controls, pub(crate) Option<i64>);
 
 /// A control request's ticket: dropping it cancels the request if no
 /// worker has taken it, and removes its control from the registry, so a
 /// route whose client left leaves nothing behind. Awaiting it waits until
 /// a worker has done the control.
-pub(super) struct ControlTicket {
+pub(crate) struct ControlTicket {
     /// `None`: already done when it was submitted.
-    pub(super) ticket: Option<BatchTicket>,
-    pub(super) id: i64,
-    pub(super) controls: Arc<Controls>,
+    pub(crate) ticket: Option<BatchTicket>,
+    pub(crate) id: i64,
+    pub(crate) controls: Arc<Controls>,
 }
 
 impl Drop for ControlTicket {

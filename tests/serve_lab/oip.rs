@@ -3,38 +3,21 @@
 //! a request through `/v2/models/{name}/infer` and one through `/predict`
 //! share its queue, its workers and its batches.
 
-use super::*;
+use std::sync::Arc;
 
+use axum::Router;
+use tch_scope::aoti::Package;
 use tch_scope::serve::oip::Datatype;
 use tch_scope::serve::{Engine, PLATFORM_AOTI, PLATFORM_TORCHSCRIPT, Server, model_name};
 
-/// `--input-shape`'s dims.
-#[derive(Debug, Clone)]
-pub(super) struct InputShape(pub(super) Vec<i64>);
-
-/// `--input-shape`: comma-separated dims, each at least 1 or `-1` (any
-/// size: the batch).
-pub(super) fn input_shape(v: &str) -> Result<InputShape, String> {
-    v.split(',')
-        .map(|d| match d.trim().parse::<i64>() {
-            Ok(n) if n == -1 || n >= 1 => Ok(n),
-            _ => Err(format!("{d:?} is not a dim (a size of at least 1, or -1)")),
-        })
-        .collect::<Result<_, _>>()
-        .map(InputShape)
-}
-
-/// `--input-dtype`: a datatype of the protocol (`FP32`, `INT64`, …).
-pub(super) fn input_dtype(v: &str) -> Result<Datatype, String> {
-    v.parse()
-        .map_err(|e: tch_scope::serve::oip::OipError| e.message().to_owned())
-}
+use crate::batched::{BatchEngine, Batched};
+use crate::flags::Args;
 
 /// The `/v2` routes over `batched`'s batcher, named `--name` (default: the
 /// model file's stem), its input `--input-shape` and `--input-dtype`, or
 /// for a `.pt2` without them the package's own; `None` for a TorchScript
 /// file without `--input-shape` (it declares no shapes).
-pub(super) async fn routes(
+pub(crate) async fn routes(
     args: &Args,
     batched: &Batched,
 ) -> Result<Option<(String, Router)>, String> {
