@@ -82,6 +82,11 @@
 //! `max_batch(1)` turns batching off: every request runs alone, its inputs
 //! and outputs untouched.
 //!
+//! Each worker runs its forwards on its own intra-op thread count,
+//! [`intra_op_threads`](BatchOptions::intra_op_threads) (1 by default: the
+//! workers are the parallelism), set on the worker's thread alone: the
+//! process's count and every other thread's stay as they were.
+//!
 //! A model that is `Send` but not `Sync` (a `tch::nn` module trained in
 //! Rust) is served in [`Replicas`](crate::Replicas): an
 //! `Inference<Replicas<M>>` made by
@@ -146,6 +151,7 @@ mod options;
 mod panics;
 mod queue;
 mod stats;
+mod threads;
 mod ticket;
 mod worker;
 
@@ -157,6 +163,8 @@ pub use metrics::describe_metrics;
 mod tests;
 #[cfg(test)]
 mod tests_ending;
+#[cfg(test)]
+mod tests_threads;
 
 pub use options::BatchOptions;
 pub use stats::BatchStats;

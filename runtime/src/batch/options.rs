@@ -8,6 +8,8 @@ pub struct BatchOptions {
     pub(super) max_batch: usize,
     pub(super) max_delay: Duration,
     pub(super) workers: usize,
+    /// Each worker's own intra-op thread count (0: libtorch's, unchanged).
+    pub(super) intra_op_threads: usize,
     pub(super) max_queue: usize,
     pub(super) name: &'static str,
     /// Test only: the worker that handles the batcher's `n`-th batch then
@@ -23,13 +25,14 @@ impl Default for BatchOptions {
 }
 
 impl BatchOptions {
-    /// `max_batch` 32, `max_delay` 2 ms, 1 worker, no limit on the queue,
-    /// named `"batch"`.
+    /// `max_batch` 32, `max_delay` 2 ms, 1 worker with 1 intra-op thread,
+    /// no limit on the queue, named `"batch"`.
     pub fn new() -> Self {
         Self {
             max_batch: 32,
             max_delay: Duration::from_millis(2),
             workers: 1,
+            intra_op_threads: 1,
             max_queue: usize::MAX,
             name: "batch",
             #[cfg(test)]
@@ -58,6 +61,26 @@ impl BatchOptions {
     /// How many worker threads compute batches (0 counts as 1).
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = n.max(1);
+        self
+    }
+
+    /// libtorch's intra-op threads for each worker's forwards (default 1;
+    /// 0 leaves libtorch's count, by default one per core). Set on each
+    /// worker's own thread when it starts (OpenMP's and MKL's count of that
+    /// thread); the process's value, and every other thread's count, stay
+    /// as they are.
+    ///
+    /// One by default because the workers are the parallelism, and the
+    /// threads that feed them (a server's HTTP runtime, its clients) need
+    /// the cores too: measured on 2 cores (docs/serving.md), a batched
+    /// server whose one worker ran its forwards on libtorch's 2 threads
+    /// spent about twice the CPU per request of one on 1 thread (OpenMP's
+    /// threads spin while they wait for each other), and with another
+    /// program busy on one core it answered a quarter of the requests a
+    /// second. More threads a worker pay off for forwards large enough to
+    /// split, on cores nothing else needs.
+    pub fn intra_op_threads(mut self, n: usize) -> Self {
+        self.intra_op_threads = n;
         self
     }
 

@@ -53,6 +53,9 @@ impl<M: Servable> Shared<M> {
 /// A worker thread: takes batches from the queue until it is closed and
 /// empty.
 pub(super) fn work<M: Servable>(shared: &Shared<M>) {
+    if shared.options.intra_op_threads > 0 {
+        threads::set_this_threads(shared.options.intra_op_threads);
+    }
     let mut span = Record::new(shared.options.name);
     let max = shared.options.max_batch;
     let delay = shared.options.max_delay;
