@@ -222,7 +222,7 @@ pub fn print(
                 args.requests,
                 args.concurrency
             );
-            for g in goals(kinds[i], kinds[j], a, b, args.concurrency) {
+            for g in goals(kinds[i], kinds[j], a, b, args) {
                 println!("goal{of}: {g}");
             }
         }
@@ -236,13 +236,22 @@ fn goals(
     b: Option<ServerKind>,
     x: &Summary,
     y: &Summary,
-    concurrency: usize,
+    args: &Args,
 ) -> Vec<String> {
     let verdict = |met: bool| if met { "met" } else { "missed" };
     let rps = x.rps / y.rps;
     let p50 = x.p50_ms / y.p50_ms;
     let p99 = x.p99_ms / y.p99_ms;
-    let pair = format!("{} / {}, {concurrency} at a time", x.server, y.server);
+    let concurrency = args.concurrency;
+    // The workers, when `--workers` set them for every server of the run.
+    let workers = args
+        .workers
+        .map(|w| format!(", {w} workers each"))
+        .unwrap_or_default();
+    let pair = format!(
+        "{} / {}, {concurrency} at a time{workers}",
+        x.server, y.server
+    );
     match (a, b) {
         (Some(ServerKind::Batched), Some(ServerKind::Unbatched)) if concurrency == 1 => {
             vec![format!(
