@@ -206,7 +206,8 @@ struct Args {
     json: bool,
     /// After the rounds, measure the model's forward alone at each
     /// server's mean batch size and print the share of it each reached
-    /// (TorchScript models; not MLServer, whose batches are not read).
+    /// (TorchScript models; MLServer's batches are not read: its share is
+    /// bounded by the forward alone at batch 1, `of_limit<=`).
     #[arg(long)]
     forward_limit: bool,
 }
@@ -348,7 +349,15 @@ fn forward_limits(
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     for (s, kind) in summaries.iter_mut().zip(kinds) {
         let (batch, workers) = match kind {
-            Some(ServerKind::Mlserver) | None => continue,
+            None => continue,
+            // Its batches are not read (MLServer 1.7.1's metrics give the
+            // queue each request found, not the rows of each batch): the
+            // forward alone at batch 1 bounds its share from above, as the
+            // forward's rows/s only grows with the batch here.
+            Some(ServerKind::Mlserver) => {
+                s.of_limit_at_most = true;
+                (1.0, args.workers.unwrap_or(2))
+            }
             Some(ServerKind::Fastapi) => (1.0, args.workers.unwrap_or(2)),
             Some(k) => {
                 let b = s.mean_batch.unwrap_or(1.0);
@@ -375,7 +384,9 @@ fn forward_limits(
                 time,
             )?);
         }
-        s.mean_batch = Some(batch);
+        if !s.of_limit_at_most {
+            s.mean_batch = Some(batch);
+        }
         s.forward_limit_rps = Some(rate);
         s.of_limit = Some(s.counts.ok as f64 / s.seconds.max(1e-9) / rate);
     }

@@ -44,6 +44,9 @@ pub struct Summary {
     /// (`--forward-limit`), and the share of it the server's 200s reached.
     pub forward_limit_rps: Option<f64>,
     pub of_limit: Option<f64>,
+    /// `of_limit` is an upper bound (at batch 1: MLServer, whose batches
+    /// are not read), printed `of_limit<=`.
+    pub of_limit_at_most: bool,
     pub first_error: Option<String>,
 }
 
@@ -79,6 +82,7 @@ impl Acc {
             mean_batch: self.batches.map(|(n, b)| n / b.max(1.0)),
             forward_limit_rps: None,
             of_limit: None,
+            of_limit_at_most: false,
             first_error: self.first_error.clone(),
         }
     }
@@ -95,7 +99,10 @@ pub fn line(s: &Summary, width: usize) -> String {
         .map(|b| format!(" mean_batch={b:.2}"))
         .unwrap_or_default();
     let limit = match (s.forward_limit_rps, s.of_limit) {
-        (Some(l), Some(f)) => format!(" forward_limit_rps={l:.0} of_limit={f:.3}"),
+        (Some(l), Some(f)) => {
+            let at = if s.of_limit_at_most { "<=" } else { "=" };
+            format!(" forward_limit_rps={l:.0} of_limit{at}{f:.3}")
+        }
         _ => String::new(),
     };
     format!(
