@@ -87,9 +87,6 @@ use requests::Protocol;
 
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/serve_mlp.pt");
 const FASTAPI_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/serve_fastapi.py");
-/// examples/serve's `--workers` default (`batched`, `unbatched`), for the
-/// forward-alone limit when `--workers` is not given.
-const SERVE_WORKERS: usize = 1;
 /// What a batching server's rows, and any server's rows against
 /// PyTorch's (`--reference`), are held to by default.
 const BATCHED_TOLERANCE: f32 = 1e-5;
@@ -144,8 +141,8 @@ struct Args {
     #[arg(long, default_value_t = 120)]
     max_seconds: u64,
     /// The servers' model workers (FastAPI: processes; MLServer: parallel
-    /// workers); default: each Rust server's own (`serve`: 1, `serve-lab
-    /// --plain`: the core count), 2 for the Python servers.
+    /// workers); default: each Rust server's own, 2 for the Python
+    /// servers.
     #[arg(long)]
     workers: Option<usize>,
     /// The Rust servers' `--queue`.
@@ -362,14 +359,9 @@ fn forward_limits(
             Some(k) => {
                 let b = s.mean_batch.unwrap_or(1.0);
                 let b = if *k == ServerKind::Batched { b } else { 1.0 };
-                // Each server's own default when `--workers` is absent:
-                // examples/serve's one worker, serve-lab's one per core.
-                let default = if *k == ServerKind::Plain {
-                    cores
-                } else {
-                    SERVE_WORKERS
-                };
-                (b, args.workers.unwrap_or(default))
+                // The workers the server reported (`serve`'s /metrics),
+                // else `--workers`, else one per core (serve-lab's default).
+                (b, s.server_workers.or(args.workers).unwrap_or(cores))
             }
         };
         let rows = (batch.round() as usize).max(1);

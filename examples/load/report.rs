@@ -37,6 +37,9 @@ pub struct Summary {
     /// requests, per request; absent for a server `load` did not start.
     pub cpu_ms_per_request: Option<f64>,
     pub workers_checked: usize,
+    /// The batcher workers the server reported (`serve_batch_workers_live`
+    /// on its `/metrics`; absent for a server without it).
+    pub server_workers: Option<usize>,
     /// Requests per forward the server formed over the counted requests
     /// (its `/metrics`; 1 for a server that does not batch).
     pub mean_batch: Option<f64>,
@@ -60,6 +63,8 @@ pub struct Acc {
     workers: usize,
     /// Requests computed and forwards run (the batcher's counters).
     batches: Option<(f64, f64)>,
+    /// The batcher's workers, as its `/metrics` reported them.
+    server_workers: Option<usize>,
     protocols: Vec<&'static str>,
     first_error: Option<String>,
 }
@@ -79,6 +84,7 @@ impl Acc {
                 .cpu
                 .map(|c| c.as_secs_f64() * 1e3 / self.counts.requests.max(1) as f64),
             workers_checked: self.workers,
+            server_workers: self.server_workers,
             mean_batch: self.batches.map(|(n, b)| n / b.max(1.0)),
             forward_limit_rps: None,
             of_limit: None,
@@ -98,6 +104,10 @@ pub fn line(s: &Summary, width: usize) -> String {
         .mean_batch
         .map(|b| format!(" mean_batch={b:.2}"))
         .unwrap_or_default();
+    let workers = s
+        .server_workers
+        .map(|w| format!(" workers={w}"))
+        .unwrap_or_default();
     let limit = match (s.forward_limit_rps, s.of_limit) {
         (Some(l), Some(f)) => {
             let at = if s.of_limit_at_most { "<=" } else { "=" };
@@ -106,7 +116,7 @@ pub fn line(s: &Summary, width: usize) -> String {
         _ => String::new(),
     };
     format!(
-        "{:<width$} protocol={} requests={} ok={} deadline={} rejected={} malformed={} wrong={} expired_computed={} p50_ms={:.3} p99_ms={:.3} rps={:.1}{cpu}{batch}{limit}",
+        "{:<width$} protocol={} requests={} ok={} deadline={} rejected={} malformed={} wrong={} expired_computed={} p50_ms={:.3} p99_ms={:.3} rps={:.1}{cpu}{workers}{batch}{limit}",
         format!("{}:", s.server),
         s.protocol,
         c.requests,
@@ -162,6 +172,9 @@ pub async fn one_run(
         let (n, e) = acc.batches.unwrap_or_default();
         acc.batches = Some((n + b.0 - a.0, e + b.1 - a.1));
     }
+    if check_workers && let Some(w) = live_workers(&target.addr).await {
+        acc.server_workers = Some(w);
+    }
     if let (Some(a), Some(b)) = (cpu0, cpu1) {
         acc.cpu = Some(acc.cpu.unwrap_or_default() + b.saturating_sub(a));
     }
@@ -179,6 +192,23 @@ pub async fn one_run(
         acc.workers = client::workers_as_before(&target.addr).await?;
     }
     Ok(())
+}
+
+/// The batcher workers running on a tch-scope server, from its `/metrics`
+/// (`serve_batch_workers_live`, summed over batchers); `None` when it does
+/// not report them.
+async fn live_workers(addr: &str) -> Option<usize> {
+    const GAUGE: &str = "serve_batch_workers_live";
+    let (status, body) = client::get(addr, "/metrics").await.ok()?;
+    if status != 200 {
+        return None;
+    }
+    let values: Vec<f64> = String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| l.starts_with(GAUGE))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() as usize)
 }
 
 /// Prints every server's line (or JSON line), the ratios of each pair and
