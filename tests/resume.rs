@@ -8,6 +8,7 @@
 //! `TCH_SCOPE_RESUME_CHILD` set, running only the ignored `child` test.
 
 mod resume {
+    pub mod boundaries;
     pub mod child;
     pub mod kills;
     pub mod scope;

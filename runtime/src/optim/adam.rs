@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tch::Tensor;
 use tch::nn::VarStore;
 
-use super::Optimizer;
+use super::cow::{Cow, dst};
 use super::params::{Params, StateIn, StateOut, check, op_error, scalar, zeros_like};
+use super::{Held, Optimizer};
 use crate::{NoGrad, Scope, ScopeError};
 
 /// Adam's settings, as PyTorch names them.
@@ -23,6 +24,28 @@ struct Options {
 /// One parameter's state, made at its first step.
 struct Slot {
     step: i64,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    max_exp_avg_sq: Option<Tensor>,
+    /// The storages of `exp_avg`, `exp_avg_sq`, `max_exp_avg_sq`.
+    cows: [Cow; 3],
+}
+
+impl Slot {
+    fn new(step: i64, exp_avg: Tensor, exp_avg_sq: Tensor, max: Option<Tensor>) -> Self {
+        Self {
+            step,
+            exp_avg,
+            exp_avg_sq,
+            max_exp_avg_sq: max,
+            cows: Default::default(),
+        }
+    }
+}
+
+/// One parameter's update, written and not yet made current.
+struct Next {
+    param: Option<Tensor>,
     exp_avg: Tensor,
     exp_avg_sq: Tensor,
     max_exp_avg_sq: Option<Tensor>,
@@ -89,33 +112,47 @@ impl Core {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let o = inner.options;
-        for (i, (name, p)) in inner
-            .params
-            .names
-            .iter()
-            .zip(&inner.params.tensors)
-            .enumerate()
-        {
+        for i in 0..inner.params.tensors.len() {
+            let params = &mut inner.params;
+            let p = &params.tensors[i];
             let grad = p.grad();
             if !grad.defined() {
                 continue;
             }
+            let name = &params.names[i];
             let err = |e: tch::TchError| op_error(self.name, name, p, &e);
             let slot = &mut inner.slots[i];
             if slot.is_none() {
-                *slot = Some(Slot {
-                    step: 0,
-                    exp_avg: zeros_like(p).map_err(err)?,
-                    exp_avg_sq: zeros_like(p).map_err(err)?,
-                    max_exp_avg_sq: if o.amsgrad {
-                        Some(zeros_like(p).map_err(err)?)
-                    } else {
-                        None
-                    },
-                });
+                let max = if o.amsgrad {
+                    Some(zeros_like(p).map_err(err)?)
+                } else {
+                    None
+                };
+                *slot = Some(Slot::new(
+                    0,
+                    zeros_like(p).map_err(err)?,
+                    zeros_like(p).map_err(err)?,
+                    max,
+                ));
             }
             let Some(s) = slot.as_mut() else { continue };
-            update(self.decoupled, &o, p, &grad, s).map_err(err)?;
+            let next = update(self.decoupled, &o, p, &mut params.cows[i], &grad, s).map_err(err)?;
+            // The parameter first: a refused move leaves this parameter's
+            // state as it was (its update was written elsewhere).
+            if let Err(e) = params.move_to(i, next.param.as_ref()) {
+                return Err(op_error(
+                    self.name,
+                    &params.names[i],
+                    &params.tensors[i],
+                    &e,
+                ));
+            }
+            s.step += 1;
+            s.exp_avg = next.exp_avg;
+            s.exp_avg_sq = next.exp_avg_sq;
+            if next.max_exp_avg_sq.is_some() {
+                s.max_exp_avg_sq = next.max_exp_avg_sq;
+            }
         }
         inner.taken += 1;
         Ok(())
@@ -153,6 +190,44 @@ impl Core {
         out.entries
     }
 
+    /// See [`Optimizer::hold`]: the state as `state_reusing` names it,
+    /// its buffers aliased.
+    fn hold(&self) -> Result<Option<Held>, ScopeError> {
+        let _no_grad = NoGrad.enter();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let failed = |e: tch::TchError| {
+            ScopeError::run(self.name, None, format!("could not alias the state: {e}"))
+        };
+        let (hold, params) = inner.params.hold().map_err(failed)?;
+        let o = inner.options;
+        let mut out = StateOut::reusing(self.name, Vec::new());
+        out.option("lr", o.lr);
+        out.option("beta1", o.beta1);
+        out.option("beta2", o.beta2);
+        out.option("eps", o.eps);
+        out.option("weight_decay", o.weight_decay);
+        out.option("amsgrad", f64::from(u8::from(o.amsgrad)));
+        out.count("taken", "steps", inner.taken);
+        for (name, slot) in inner.params.names.iter().zip(&mut inner.slots) {
+            let Some(s) = slot else { continue };
+            out.count("step", name, s.step);
+            out.alias("exp_avg", name, &s.exp_avg);
+            s.cows[0].hold(&s.exp_avg, &hold).map_err(failed)?;
+            out.alias("exp_avg_sq", name, &s.exp_avg_sq);
+            s.cows[1].hold(&s.exp_avg_sq, &hold).map_err(failed)?;
+            if let Some(m) = &s.max_exp_avg_sq {
+                out.alias("max_exp_avg_sq", name, m);
+                s.cows[2].hold(m, &hold).map_err(failed)?;
+            }
+        }
+        Ok(Some(Held {
+            params,
+            state: out.entries,
+            hold,
+        }))
+    }
+
     fn load_state(&self, state: &[(String, Tensor)]) -> Result<(), ScopeError> {
         let _no_grad = NoGrad.enter();
         let mut input = StateIn::parse(self.name, state)?;
@@ -182,7 +257,7 @@ impl Core {
                             format!("the amsgrad state lacks `max_exp_avg_sq` of `{name}`"),
                         ));
                     }
-                    Some(Slot { step, exp_avg, exp_avg_sq, max_exp_avg_sq })
+                    Some(Slot::new(step, exp_avg, exp_avg_sq, max_exp_avg_sq))
                 }
                 (None, None, None) => None,
                 _ => {
@@ -204,54 +279,74 @@ impl Core {
 
 /// PyTorch's `_single_tensor_adam` for one parameter (not capturable, not
 /// differentiable, not maximize), the same operators in the same order.
+/// Each tensor a boundary holds is written out of place, into a storage of
+/// its pool, with the `out=` form of the same operator (the same kernel:
+/// bitwise the in-place result); the caller makes the outputs current.
 fn update(
     decoupled: bool,
     o: &Options,
     p: &Tensor,
+    p_cow: &mut Cow,
     grad: &Tensor,
     s: &mut Slot,
-) -> Result<(), tch::TchError> {
+) -> Result<Next, tch::TchError> {
+    let p_out = p_cow.target(p)?;
+    let p_dst = dst(&p_out, p);
+    // What the next operator reads of the parameter.
     let mut param = p.shallow_clone();
-    s.step += 1;
     let mut grad = grad.shallow_clone();
     if o.weight_decay != 0.0 {
         if decoupled {
-            let _ = param.f_mul_(&scalar(1.0 - o.lr * o.weight_decay)?)?;
+            // param.mul_(1 - lr * weight_decay)
+            let _ = param.f_mul_out(p_dst, &scalar(1.0 - o.lr * o.weight_decay)?)?;
+            param = p_dst.shallow_clone();
         } else {
             // grad.add(param, alpha=weight_decay)
             grad = grad.f_add(&param.f_mul(&scalar(o.weight_decay)?)?)?;
         }
     }
-    let _ = s.exp_avg.f_lerp_tensor_(&grad, &scalar(1.0 - o.beta1)?)?;
+    // exp_avg.lerp_(grad, 1 - beta1)
+    let ea_out = s.cows[0].target(&s.exp_avg)?;
+    let exp_avg = dst(&ea_out, &s.exp_avg).shallow_clone();
+    let _ = s
+        .exp_avg
+        .f_lerp_tensor_out(&exp_avg, &grad, &scalar(1.0 - o.beta1)?)?;
     // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2): the
     // kernel multiplies the value into the first factor first.
-    let _ = s.exp_avg_sq.f_mul_(&scalar(o.beta2)?)?;
-    let _ = s
-        .exp_avg_sq
-        .f_addcmul_(&grad.f_mul(&scalar(1.0 - o.beta2)?)?, &grad)?;
+    let es_out = s.cows[1].target(&s.exp_avg_sq)?;
+    let mut exp_avg_sq = dst(&es_out, &s.exp_avg_sq).shallow_clone();
+    let _ = s.exp_avg_sq.f_mul_out(&exp_avg_sq, &scalar(o.beta2)?)?;
+    let _ = exp_avg_sq.f_addcmul_(&grad.f_mul(&scalar(1.0 - o.beta2)?)?, &grad)?;
     #[allow(
         clippy::cast_precision_loss,
         reason = "PyTorch keeps the step as a float"
     )]
-    let step = s.step as f64;
+    let step = (s.step + 1) as f64;
     let bias_correction1 = 1.0 - o.beta1.powf(step);
     let bias_correction2 = 1.0 - o.beta2.powf(step);
     let step_size = o.lr / bias_correction1;
     let bias_correction2_sqrt = bias_correction2.powf(0.5);
-    let second = match &mut s.max_exp_avg_sq {
+    let max_exp_avg_sq = match &s.max_exp_avg_sq {
         Some(m) => {
             // torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
-            let larger = m.f_maximum(&s.exp_avg_sq)?;
-            m.f_copy_(&larger)?;
-            m.shallow_clone()
+            let m_out = s.cows[2].target(m)?;
+            let larger = dst(&m_out, m).shallow_clone();
+            let _ = m.f_maximum_out(&larger, &exp_avg_sq)?;
+            Some(larger)
         }
-        None => s.exp_avg_sq.shallow_clone(),
+        None => None,
     };
+    let second = max_exp_avg_sq.as_ref().unwrap_or(&exp_avg_sq);
     let mut denom = second.f_sqrt()?.f_div(&scalar(bias_correction2_sqrt)?)?;
     let _ = denom.f_add_(&scalar(o.eps)?)?;
     // param.addcdiv_(exp_avg, denom, value=-step_size)
-    let _ = param.f_add_(&s.exp_avg.f_div(&denom)?.f_mul(&scalar(-step_size)?)?)?;
-    Ok(())
+    let _ = param.f_add_out(p_dst, &exp_avg.f_div(&denom)?.f_mul(&scalar(-step_size)?)?)?;
+    Ok(Next {
+        param: p_out,
+        exp_avg,
+        exp_avg_sq,
+        max_exp_avg_sq,
+    })
 }
 
 macro_rules! adam_like {
@@ -383,6 +478,9 @@ macro_rules! adam_like {
             }
             fn load_state(&self, state: &[(String, Tensor)]) -> Result<(), ScopeError> {
                 self.0.load_state(state)
+            }
+            fn hold(&self) -> Result<Option<Held>, ScopeError> {
+                self.0.hold()
             }
             fn handle(&self) -> Arc<dyn Optimizer> {
                 Arc::new(Self(Arc::clone(&self.0)))

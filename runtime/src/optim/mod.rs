@@ -41,6 +41,7 @@
 //! is made, in the order of their names.
 
 mod adam;
+mod cow;
 mod params;
 mod sgd;
 
@@ -52,6 +53,41 @@ use std::sync::Arc;
 use tch::Tensor;
 
 use crate::ScopeError;
+
+pub(crate) use cow::{Cow, Hold};
+
+/// What a checkpoint's step boundary holds of an optimizer instead of a
+/// copy (see [`Optimizer::hold`]): aliases of its parameters and of its
+/// state, and the [`Hold`] that keeps the next updates off their storages.
+pub struct Held {
+    /// The parameters by their names in the `VarStore`.
+    pub(crate) params: HeldParams,
+    /// The state as [`Optimizer::state`] names it, its buffers aliased.
+    pub(crate) state: Vec<(String, Tensor)>,
+    /// Last: dropped after the aliases.
+    pub(crate) hold: Arc<Hold>,
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("params", &self.params.len())
+            .field("state", &self.state.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The parameters a boundary holds, by their names in the `VarStore`.
+pub(crate) type HeldParams = Vec<(String, HeldParam)>;
+
+/// One parameter as a boundary holds it.
+pub(crate) enum HeldParam {
+    /// An alias of parameter `index` (a view sharing its version counter).
+    Alias { index: usize, alias: Tensor },
+    /// Not aliased, for the checkpoint to copy: code outside the optimizer
+    /// wrote it in place while an earlier boundary aliased it.
+    Copy,
+}
 
 /// What a checkpoint needs of an optimizer: a step, and its state as named
 /// tensors to save and to load back bitwise.
@@ -117,6 +153,22 @@ pub trait Optimizer: Send + Sync {
     /// per buffer and step. The default calls `state`.
     fn state_into(&self, into: &mut Vec<(String, Tensor)>) {
         *into = self.state();
+    }
+
+    /// The parameters and the state aliased for a checkpoint's step
+    /// boundary, copy-on-write: until the [`Held`] is dropped, an update
+    /// writes each aliased tensor into another buffer and swaps it in
+    /// (a parameter keeps its identity, `set_data`), so the boundary's
+    /// values stay as they were without a copy. `Ok(None)` (the default):
+    /// the optimizer can't, and the checkpoint copies its weights and
+    /// [`state`](Self::state) at every boundary instead.
+    ///
+    /// # Errors
+    /// An operator that fails (the checkpoint then saves the live state at
+    /// its exit, as for any boundary it could not take).
+    #[doc(hidden)]
+    fn hold(&self) -> Result<Option<Held>, ScopeError> {
+        Ok(None)
     }
 
     /// Loads a state that [`state`](Self::state) gave, bitwise.

@@ -2,10 +2,13 @@
 //! their state's tensors (`<optimizer>.<buffer>.<parameter>`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use tch::Tensor;
 use tch::nn::VarStore;
 
+use super::cow::{Cow, Hold};
+use super::{HeldParam, HeldParams};
 use crate::ScopeError;
 
 /// The trainable variables of a `VarStore`, sorted by name: the order is
@@ -13,6 +16,11 @@ use crate::ScopeError;
 pub(crate) struct Params {
     pub names: Vec<String>,
     pub tensors: Vec<Tensor>,
+    /// Each parameter's storages, for boundaries that alias it.
+    pub cows: Vec<Cow>,
+    /// Parameters that code outside the optimizer wrote in place while a
+    /// boundary aliased them: boundaries copy these instead.
+    pub copied: Vec<bool>,
 }
 
 impl Params {
@@ -30,8 +38,59 @@ impl Params {
             ));
         }
         named.sort_by(|a, b| a.0.cmp(&b.0));
-        let (names, tensors) = named.into_iter().unzip();
-        Ok(Self { names, tensors })
+        let (names, tensors): (Vec<_>, Vec<_>) = named.into_iter().unzip();
+        Ok(Self {
+            cows: names.iter().map(|_| Cow::default()).collect(),
+            copied: vec![false; names.len()],
+            names,
+            tensors,
+        })
+    }
+
+    /// A step boundary's hold on the parameters: an alias of each (its
+    /// version then recorded), or, for one written in place by code
+    /// outside the optimizer while an earlier boundary aliased it, a mark
+    /// that the checkpoint copies it.
+    pub fn hold(&mut self) -> Result<(Arc<Hold>, HeldParams), tch::TchError> {
+        let mut start = vec![-1; self.tensors.len()];
+        let mut held = Vec::with_capacity(self.tensors.len());
+        for (i, p) in self.tensors.iter().enumerate() {
+            if !self.copied[i] && self.cows[i].written_while_held(i, p) {
+                self.copied[i] = true;
+                self.cows[i].clear();
+            }
+            let entry = if self.copied[i] {
+                HeldParam::Copy
+            } else {
+                start[i] = p.f_internal_version()?;
+                HeldParam::Alias {
+                    index: i,
+                    // A view: it shares the parameter's version counter,
+                    // which tells a save whether the storage was written.
+                    alias: p.f_detach()?,
+                }
+            };
+            held.push((self.names[i].clone(), entry));
+        }
+        let hold = Hold::new(start);
+        for (i, p) in self.tensors.iter().enumerate() {
+            if !self.copied[i] {
+                self.cows[i].hold(p, &hold)?;
+            }
+        }
+        Ok((hold, held))
+    }
+
+    /// Moves parameter `i` to `out` (an update written out of place): see
+    /// `Cow::move_param`. A parameter found written in place by other code
+    /// while a boundary held it is copied at boundaries from now on.
+    pub fn move_to(&mut self, i: usize, out: Option<&Tensor>) -> Result<(), tch::TchError> {
+        let Some(out) = out else { return Ok(()) };
+        if self.cows[i].move_param(i, &mut self.tensors[i], out)? {
+            self.copied[i] = true;
+            self.cows[i].clear();
+        }
+        Ok(())
     }
 
     /// Zeroes each defined gradient; the first refused operator's error.
@@ -105,18 +164,30 @@ impl StateOut {
     /// `src` copied into the next old entry if it is `name`'s and fits,
     /// else a fresh copy.
     fn push(&mut self, name: String, src: &Tensor) {
-        let reused = self.old.next().and_then(|(old_name, mut t)| {
+        let t = self.reuse(&name, src).unwrap_or_else(|| src.copy());
+        self.entries.push((name, t));
+    }
+
+    /// The next old entry, `src` copied into it, if it is `name`'s and
+    /// fits.
+    fn reuse(&mut self, name: &str, src: &Tensor) -> Option<Tensor> {
+        self.old.next().and_then(|(old_name, mut t)| {
             let fits = old_name == name && t.size() == src.size() && t.kind() == src.kind();
             (fits && t.f_copy_(src).is_ok()).then_some(t)
-        });
-        let t = reused.unwrap_or_else(|| src.copy());
+        })
+    }
+
+    /// A value made for the state: into an old entry that fits, else
+    /// itself (no copy: nothing else holds it).
+    fn push_value(&mut self, name: String, value: Tensor) {
+        let t = self.reuse(&name, &value).unwrap_or(value);
         self.entries.push((name, t));
     }
 
     pub fn option(&mut self, name: &str, value: f64) {
-        self.push(
+        self.push_value(
             format!("{}.option.{name}", self.prefix),
-            &Tensor::from(value),
+            Tensor::from(value),
         );
     }
 
@@ -124,11 +195,14 @@ impl StateOut {
         self.push(format!("{}.{buffer}.{param}", self.prefix), t);
     }
 
+    /// `t` itself (no copy), for a boundary that holds its storage.
+    pub fn alias(&mut self, buffer: &str, param: &str, t: &Tensor) {
+        let name = format!("{}.{buffer}.{param}", self.prefix);
+        self.entries.push((name, t.shallow_clone()));
+    }
+
     pub fn count(&mut self, buffer: &str, param: &str, n: i64) {
-        self.push(
-            format!("{}.{buffer}.{param}", self.prefix),
-            &Tensor::from(n),
-        );
+        self.push_value(format!("{}.{buffer}.{param}", self.prefix), Tensor::from(n));
     }
 }
 

@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tch::Tensor;
 use tch::nn::VarStore;
 
-use super::Optimizer;
+use super::cow::{Cow, dst};
 use super::params::{Params, StateIn, StateOut, check, op_error, scalar};
+use super::{Held, Optimizer};
 use crate::{NoGrad, Scope, ScopeError};
 
 #[derive(Debug, Clone, Copy)]
@@ -26,6 +27,8 @@ struct Inner {
     /// Each parameter's momentum buffer, made at its first step with
     /// momentum.
     buffers: Vec<Option<Tensor>>,
+    /// The momentum buffers' storages.
+    buffer_cows: Vec<Cow>,
     taken: i64,
 }
 
@@ -69,6 +72,7 @@ impl Sgd {
         check("Sgd", "the learning rate", lr, lr >= 0.0, "finite and >= 0")?;
         let params = Params::of(vs, "Sgd")?;
         let buffers = params.tensors.iter().map(|_| None).collect();
+        let buffer_cows = params.tensors.iter().map(|_| Cow::default()).collect();
         Ok(Self(Arc::new(Mutex::new(Inner {
             params,
             options: Options {
@@ -79,6 +83,7 @@ impl Sgd {
                 nesterov: false,
             },
             buffers,
+            buffer_cows,
             taken: 0,
         }))))
     }
@@ -176,19 +181,31 @@ impl Sgd {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let o = inner.options;
-        for (i, (name, p)) in inner
-            .params
-            .names
-            .iter()
-            .zip(&inner.params.tensors)
-            .enumerate()
-        {
+        for i in 0..inner.params.tensors.len() {
+            let params = &mut inner.params;
+            let p = &params.tensors[i];
             let grad = p.grad();
             if !grad.defined() {
                 continue;
             }
-            update(&o, p, &grad, &mut inner.buffers[i])
-                .map_err(|e| op_error("Sgd", name, p, &e))?;
+            let buf = inner.buffers[i].as_ref();
+            let (out, buf) = update(
+                &o,
+                p,
+                &mut params.cows[i],
+                &grad,
+                buf,
+                &mut inner.buffer_cows[i],
+            )
+            .map_err(|e| op_error("Sgd", &params.names[i], p, &e))?;
+            // The parameter first: a refused move leaves this parameter's
+            // buffer as it was (its update was written elsewhere).
+            if let Err(e) = params.move_to(i, out.as_ref()) {
+                return Err(op_error("Sgd", &params.names[i], &params.tensors[i], &e));
+            }
+            if buf.is_some() {
+                inner.buffers[i] = buf;
+            }
         }
         inner.taken += 1;
         Ok(())
@@ -211,27 +228,35 @@ impl Sgd {
     }
 }
 
-/// PyTorch's `_single_tensor_sgd` for one parameter (not maximize).
+/// PyTorch's `_single_tensor_sgd` for one parameter (not maximize). A
+/// tensor a boundary holds is written out of place (see `adam::update`):
+/// the parameter's output (`None`: written in place) and the momentum
+/// buffer's new value, for the caller to make current.
 fn update(
     o: &Options,
     p: &Tensor,
+    p_cow: &mut Cow,
     grad: &Tensor,
-    buf: &mut Option<Tensor>,
-) -> Result<(), tch::TchError> {
-    let mut param = p.shallow_clone();
+    buf: Option<&Tensor>,
+    buf_cow: &mut Cow,
+) -> Result<(Option<Tensor>, Option<Tensor>), tch::TchError> {
+    let p_out = p_cow.target(p)?;
     let mut grad = grad.shallow_clone();
     if o.weight_decay != 0.0 {
         // grad.add(param, alpha=weight_decay)
-        grad = grad.f_add(&param.f_mul(&scalar(o.weight_decay)?)?)?;
+        grad = grad.f_add(&p.f_mul(&scalar(o.weight_decay)?)?)?;
     }
+    let mut next = None;
     if o.momentum != 0.0 {
         let b = match buf {
-            None => buf.insert(grad.f_detach_copy()?),
+            None => grad.f_detach_copy()?,
             Some(b) => {
                 // buf.mul_(momentum).add_(grad, alpha=1 - dampening)
-                let _ = b.f_mul_(&scalar(o.momentum)?)?;
-                let _ = b.f_add_(&grad.f_mul(&scalar(1.0 - o.dampening)?)?)?;
-                b
+                let b_out = buf_cow.target(b)?;
+                let mut out = dst(&b_out, b).shallow_clone();
+                let _ = b.f_mul_out(&out, &scalar(o.momentum)?)?;
+                let _ = out.f_add_(&grad.f_mul(&scalar(1.0 - o.dampening)?)?)?;
+                out
             }
         };
         grad = if o.nesterov {
@@ -239,10 +264,11 @@ fn update(
         } else {
             b.shallow_clone()
         };
+        next = Some(b);
     }
     // param.add_(grad, alpha=-lr)
-    let _ = param.f_add_(&grad.f_mul(&scalar(-o.lr)?)?)?;
-    Ok(())
+    let _ = p.f_add_out(dst(&p_out, p), &grad.f_mul(&scalar(-o.lr)?)?)?;
+    Ok((p_out, next))
 }
 
 impl Optimizer for Sgd {
@@ -264,6 +290,34 @@ impl Optimizer for Sgd {
 
     fn state_into(&self, into: &mut Vec<(String, Tensor)>) {
         *into = self.state_reusing(std::mem::take(into));
+    }
+
+    fn hold(&self) -> Result<Option<Held>, ScopeError> {
+        let _no_grad = NoGrad.enter();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let failed = |e: tch::TchError| {
+            ScopeError::run("Sgd", None, format!("could not alias the state: {e}"))
+        };
+        let (hold, params) = inner.params.hold().map_err(failed)?;
+        let mut out = Self::options_out(inner, Vec::new());
+        for ((name, b), cow) in inner
+            .params
+            .names
+            .iter()
+            .zip(&inner.buffers)
+            .zip(&mut inner.buffer_cows)
+        {
+            if let Some(b) = b {
+                out.alias("momentum_buffer", name, b);
+                cow.hold(b, &hold).map_err(failed)?;
+            }
+        }
+        Ok(Some(Held {
+            params,
+            state: out.entries,
+            hold,
+        }))
     }
 
     fn load_state(&self, state: &[(String, Tensor)]) -> Result<(), ScopeError> {
@@ -302,6 +356,17 @@ impl Sgd {
     fn state_reusing(&self, old: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
         let _no_grad = NoGrad.enter();
         let inner = self.lock();
+        let mut out = Self::options_out(&inner, old);
+        for (name, b) in inner.params.names.iter().zip(&inner.buffers) {
+            if let Some(b) = b {
+                out.buffer("momentum_buffer", name, b);
+            }
+        }
+        out.entries
+    }
+
+    /// The options and the step count, the state's first entries.
+    fn options_out(inner: &Inner, old: Vec<(String, Tensor)>) -> StateOut {
         let o = inner.options;
         let mut out = StateOut::reusing("Sgd", old);
         out.option("lr", o.lr);
@@ -310,11 +375,6 @@ impl Sgd {
         out.option("weight_decay", o.weight_decay);
         out.option("nesterov", f64::from(u8::from(o.nesterov)));
         out.count("taken", "steps", inner.taken);
-        for (name, b) in inner.params.names.iter().zip(&inner.buffers) {
-            if let Some(b) = b {
-                out.buffer("momentum_buffer", name, b);
-            }
-        }
-        out.entries
+        out
     }
 }

@@ -45,13 +45,16 @@ pub(super) fn named_variables(vs: &VarStore) -> Vec<(String, Tensor)> {
 }
 
 /// Writes `tensors` (the weights and the training state) and the metric
-/// log to `path`, crash-safely, in `turn`. Only tch's fallible calls: it
-/// runs in `Drop`, and on the background writer.
+/// log to `path`, crash-safely, in `turn`; `intact`, asked once the file
+/// is written and before it replaces `path`, can still refuse it (a
+/// boundary whose aliased values were overwritten). Only tch's fallible
+/// calls: it runs in `Drop`, and on the background writer.
 pub(super) fn save(
     path: &Path,
     turn: &Turn,
     tensors: &[(&str, &Tensor)],
     log: &Metrics,
+    intact: &dyn Fn() -> Result<(), String>,
 ) -> Result<Replaced, String> {
     let metrics = log
         .0
@@ -79,7 +82,10 @@ pub(super) fn save(
         };
         // A failed write first: libtorch's error after it is its echo.
         out.finish()?;
-        written
+        written?;
+        // After every read of the tensors: if they were intact now, they
+        // were while the file was written (versions only grow).
+        intact()
     })
 }
 

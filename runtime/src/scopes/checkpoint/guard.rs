@@ -163,7 +163,15 @@ impl CheckpointGuard<'_> {
             Some(Contents::Live(step, tensors, log)) => {
                 let named: Vec<(&str, &tch::Tensor)> =
                     tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-                ranks::save(&self.path, self.ranks, step, &turn, &named, &log)
+                ranks::save(
+                    &self.path,
+                    self.ranks,
+                    step,
+                    &turn,
+                    &named,
+                    &log,
+                    &|| Ok(()),
+                )
             }
             None => Ok(Replaced::Written),
         });

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tch::nn::VarStore;
 
+mod copies;
 mod file;
 mod guard;
 mod log;

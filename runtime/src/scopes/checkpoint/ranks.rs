@@ -177,9 +177,10 @@ pub(super) fn save(
     turn: &Turn,
     named: &[(&str, &Tensor)],
     log: &Metrics,
+    intact: &dyn Fn() -> Result<(), String>,
 ) -> Result<Replaced, String> {
     let Some(ranks) = ranks else {
-        return file::save(path, turn, named, log);
+        return file::save(path, turn, named, log, intact);
     };
     let mut outcome = Replaced::Written;
     if ranks.rank == 0 {
@@ -191,13 +192,13 @@ pub(super) fn save(
         let shared_path = part(path, step, None);
         outcome = worse(
             outcome,
-            file::save(&shared_path, turn, &weights, &Metrics::default())?,
+            file::save(&shared_path, turn, &weights, &Metrics::default(), intact)?,
         );
     }
     let own: Vec<(&str, &Tensor)> = named.iter().copied().filter(|(n, _)| !shared(n)).collect();
     outcome = worse(
         outcome,
-        file::save(&part(path, step, Some(ranks.rank)), turn, &own, log)?,
+        file::save(&part(path, step, Some(ranks.rank)), turn, &own, log, intact)?,
     );
     // Any rank's: no rank writes a step older than a complete one, so the
     // rank whose part completes a step, pruning last, leaves that step

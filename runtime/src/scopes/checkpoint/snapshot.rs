@@ -1,20 +1,23 @@
-//! Step boundaries: the training state copied in memory at each one (into
-//! buffers made once), so that every exit inside a `steps` loop saves a
-//! whole step, and every `every` steps that copy handed to the background
-//! writer.
+//! Step boundaries: the training state held in memory at each one, so
+//! that every exit inside a `steps` loop saves a whole step, and every
+//! `every` steps handed to the background writer. The optimizer's
+//! parameters and state are aliased, copy-on-write (`optim::Optimizer::
+//! hold`); the other variables are copied when they changed (`copies`).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use tch::Tensor;
 
+use super::copies::Copies;
 use super::log::Metrics;
 use super::ranks::Ranks;
 use super::state::{self, Persist};
 use super::writer::{Snapshot, Writer};
 use crate::Scope;
 use crate::durable::Turn;
-use crate::optim::Optimizer;
+use crate::optim::{HeldParam, Hold, Optimizer};
 use crate::scopes::deadline::DeadlineExcluded;
 
 /// What a boundary reads of the live run: set while the guard lives.
@@ -52,8 +55,8 @@ pub(super) struct Boundaries {
     pub every: Option<i64>,
     /// The last boundary, unless it is in the writer (then `None`).
     pub latest: Option<Snapshot>,
-    /// Buffers of an older boundary, to reuse.
-    pub spare: Option<Snapshot>,
+    /// The copies of the variables no optimizer aliases.
+    pub copies: Copies,
     pub writer: Writer,
     /// A boundary could not be copied: exits save the live state.
     pub broken: bool,
@@ -67,7 +70,7 @@ impl Boundaries {
             phase: Phase::Outside,
             every,
             latest: None,
-            spare: None,
+            copies: Copies::default(),
             writer: Writer::default(),
             broken: false,
         }
@@ -80,16 +83,14 @@ impl Boundaries {
         self.step = step;
         self.phase = Phase::Inside;
         let Some(live) = &self.live else { return };
-        let mut buffers = self.spare.take().or_else(|| self.latest.take());
-        if buffers.is_none() {
-            buffers = self.writer.reclaim();
-        }
-        match take(live, step, log, buffers) {
+        // A write that ended lets go of what it held.
+        drop(self.writer.reclaim());
+        // Taken before the last boundary is let go: while it holds the
+        // storages, the optimizer can tell whether they were written.
+        match take(live, step, log, &mut self.copies) {
             Ok(snapshot) => {
                 self.broken = false;
-                if let Some(old) = self.latest.replace(snapshot) {
-                    self.spare = Some(old);
-                }
+                self.latest = Some(snapshot);
             }
             Err(e) => {
                 self.broken = true;
@@ -113,9 +114,7 @@ impl Boundaries {
         let (Some(live), Some(snapshot)) = (&self.live, self.latest.take()) else {
             return;
         };
-        if let Some(done) = self.writer.wait() {
-            self.spare.get_or_insert(done);
-        }
+        drop(self.writer.wait());
         let metrics = log.truncated(&snapshot.metrics);
         // The turn now, on this thread: a later exit save's turn is later.
         let turn = Turn::take(live.destination.clone());
@@ -150,48 +149,59 @@ impl Boundaries {
     }
 }
 
-/// Copies the live state at `step` into `buffers` (or new ones): the
-/// weights with `copy_`, the optimizer's state with `state_into`, both
-/// into the tensors of an earlier boundary.
-fn take(
-    live: &Live,
-    step: i64,
-    log: &Metrics,
-    buffers: Option<Snapshot>,
-) -> Result<Snapshot, String> {
+/// The live state at `step`: the optimizer's parameters and state
+/// aliased (it writes them out of place until the snapshot is dropped),
+/// the other variables copied when they changed, the rest (the step, the
+/// generators, the run state) made afresh. An optimizer that can't alias
+/// has its weights copied and its `state` taken.
+fn take(live: &Live, step: i64, log: &Metrics, copies: &mut Copies) -> Result<Snapshot, String> {
     let _no_grad = crate::NoGrad.enter().map_err(|e| e.to_string())?;
-    // A copy of a whole step: a passed deadline must not cut it short.
+    // A whole step's state: a passed deadline must not cut it short.
     let _unchecked = DeadlineExcluded::new();
-    let (mut tensors, mut optimizer) = match buffers {
-        Some(b) if b.weights == live.weights.len() => (b.tensors, b.optimizer),
-        Some(b) => (Vec::new(), b.optimizer),
-        None => (Vec::new(), Vec::new()),
+    let held = match &live.optimizer {
+        Some(o) => o.hold().map_err(|e| e.to_string())?,
+        None => None,
     };
-    if tensors.len() >= live.weights.len() {
-        tensors.truncate(live.weights.len());
-        for ((_, dst), (_, src)) in tensors.iter_mut().zip(&live.weights) {
-            dst.f_copy_(src).map_err(|e| e.to_string())?;
-        }
-    } else {
-        tensors.clear();
-        for (name, src) in &live.weights {
-            let copy = src.f_detach_copy().map_err(|e| e.to_string())?;
-            tensors.push((name.clone(), copy));
-        }
+    let aliases: HashMap<&str, &HeldParam> = held
+        .iter()
+        .flat_map(|h| h.params.iter().map(|(n, p)| (n.as_str(), p)))
+        .collect();
+    let copied = Hold::new(Vec::new());
+    let mut tensors = Vec::with_capacity(live.weights.len() + 4);
+    let mut checks = Vec::new();
+    for (name, var) in &live.weights {
+        let aliased = match aliases.get(name.as_str()) {
+            // The optimizer's own tensor (the same storage now).
+            Some(HeldParam::Alias { index, alias })
+                if alias.data_ptr() == var.data_ptr() && alias.size() == var.size() =>
+            {
+                checks.push((name.clone(), alias.shallow_clone(), *index));
+                Some(alias.shallow_clone())
+            }
+            _ => None,
+        };
+        let t = match aliased {
+            Some(t) => t,
+            None => copies.take(name, var, &copied).map_err(|e| e.to_string())?,
+        };
+        tensors.push((name.clone(), t));
     }
     let step_tensor = Tensor::f_from_slice(&[step]).map_err(|e| e.to_string())?;
     tensors.push((state::STEP.to_owned(), step_tensor));
-    match &live.optimizer {
-        Some(o) => o.state_into(&mut optimizer),
-        None => optimizer.clear(),
-    }
     let user = live.user.as_deref();
     tensors.extend(state::capture_rest(user)?);
+    let (optimizer, hold) = match (held, &live.optimizer) {
+        (Some(h), _) => (h.state, Some(h.hold)),
+        (None, Some(o)) => (o.state(), None),
+        (None, None) => (Vec::new(), None),
+    };
     Ok(Snapshot {
         step,
-        weights: live.weights.len(),
         tensors,
         optimizer,
         metrics: log.lengths(),
+        checks,
+        hold,
+        _copied: copied,
     })
 }

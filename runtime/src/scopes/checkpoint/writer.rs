@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 
 use super::ranks::{self, Ranks};
 use super::state::OPTIMIZER;
+use crate::optim::Hold;
 use tch::Tensor;
 
 use super::log::Metrics;
@@ -19,16 +20,22 @@ use crate::sync::lock;
 pub(super) struct Snapshot {
     /// Completed steps.
     pub step: i64,
-    /// The weights (copies, in buffers reused from boundary to boundary),
-    /// then the optimizer's state, the step, the generators, the run state.
+    /// The weights (aliases of the optimizer's parameters, copies of the
+    /// other variables), then the step, the generators, the run state.
     pub tensors: Vec<(String, Tensor)>,
-    /// The optimizer's state (its own names), rewritten in place at each
-    /// boundary (`Optimizer::state_into`).
+    /// The optimizer's state (its own names), its buffers aliased.
     pub optimizer: Vec<(String, Tensor)>,
-    /// The number of weights at the front of `tensors`.
-    pub weights: usize,
     /// The metric log's lengths then.
     pub metrics: Vec<(String, usize)>,
+    /// The aliased parameters, to check before a save is committed: the
+    /// name, an alias sharing the parameter's version counter, its index
+    /// in the optimizer's `hold`.
+    pub checks: Vec<(String, Tensor, usize)>,
+    /// The optimizer's hold on what it aliased (after the tensors: dropped
+    /// after them).
+    pub hold: Option<Arc<Hold>>,
+    /// The hold on the copies of the other variables (kept for its drop).
+    pub _copied: Arc<Hold>,
 }
 
 impl Snapshot {
@@ -54,7 +61,30 @@ impl Snapshot {
                     .zip(self.optimizer.iter().map(|(_, t)| t)),
             )
             .collect();
-        ranks::save(path, ranks, self.step, turn, &named, log)
+        ranks::save(path, ranks, self.step, turn, &named, log, &|| self.intact())
+    }
+
+    /// Whether every aliased parameter still holds the boundary's values:
+    /// the optimizer never writes a storage a boundary holds, but code of
+    /// the user's may (`p.copy_(…)` under `no_grad` before the next
+    /// update). Checked after the file is written and before it replaces
+    /// the previous one, so a save never commits values of another step.
+    pub(super) fn intact(&self) -> Result<(), String> {
+        let Some(hold) = &self.hold else {
+            return Ok(());
+        };
+        for (name, alias, i) in &self.checks {
+            let now = alias.f_internal_version().map_err(|e| e.to_string())?;
+            if !hold.intact(*i, now) {
+                return Err(format!(
+                    "the parameter `{name}` was written in place after the boundary of step {} \
+                     by code outside the optimizer, so that boundary's state is gone (from now on \
+                     the checkpoint copies that parameter at each boundary)",
+                    self.step
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
