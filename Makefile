@@ -42,13 +42,16 @@ test: libtorch
 # each starting its servers as processes on loopback, in turn (ABBA), with
 # the same requests:
 #  1. the last overhead: the tch-scope server unbatched (--max-batch 1)
-#     against --plain, on the TorchScript tests/data/serve_mlp.pt and the
-#     same MLP as an AOTInductor .pt2 (scripts/export_pt2.py);
+#     against --plain, 2 workers each, on the TorchScript
+#     tests/data/serve_mlp.pt and the same MLP as an AOTInductor .pt2
+#     (scripts/export_pt2.py);
 #  2. batching: the memory-bound 4x Linear(1024) MLP of
 #     scripts/export_models.py (single rows, held to PyTorch's eval rows),
 #     32 connections: batched, unbatched, plain, and FastAPI + uvicorn with
 #     2 workers (scripts/serve_fastapi.py, installed into the bootstrap venv
-#     by scripts/bootstrap-fastapi.sh);
+#     by scripts/bootstrap-fastapi.sh), the Rust servers with one worker
+#     per core; then batched against unbatched again with one worker each
+#     (one forward at a time: the batched server's largest batches);
 #  3. the same model, 1 connection: batched against unbatched;
 #  4. the same model, single valid rows, 32 connections: batched against
 #     MLServer 1.7.1 (adaptive batching 32 / 2 ms, 2 parallel workers,
@@ -65,10 +68,11 @@ test: libtorch
 # server's /v2 routes when it has them (binary), the others' /predict.
 # --forward-limit: after each run's rounds, the model's forward alone at
 # each server's mean batch size (its /metrics), and the share of it each
-# server reached (of_limit; not MLServer's, whose batches are not read).
+# server reached (of_limit; MLServer's batches are not read: its share is
+# bounded by the forward alone at batch 1, of_limit<=).
 # The exports (the .pt2 needs a C++ compiler, about 30 s on 2 cores) are
 # kept in target/load/, keyed by the scripts and the torch they run.
-LOAD_ARGS ?= --rounds 4 --requests 20000 --concurrency 16
+LOAD_ARGS ?= --rounds 4 --requests 20000 --concurrency 16 --workers 2
 LOAD_DIR = target/load/$(shell (cat scripts/export_pt2.py scripts/export_models.py; readlink -f .libtorch) | cksum | cut -d' ' -f1)
 LOAD_PYTHON = $(realpath .libtorch)/../../../../bin/python
 LOAD_MODELS ?= --model tests/data/serve_mlp.pt --model $(LOAD_DIR)/serve_mlp.pt2
@@ -79,7 +83,7 @@ LOAD_MLSERVER_ARGS ?= --rounds 2 --requests 6000 --concurrency 32
 LOAD_ENCODING_ARGS ?= --rounds 2 --requests 6000 --concurrency 32
 LOAD_BIN = $(or $(CARGO_TARGET_DIR),target)/release/examples/load
 load: libtorch
-	$(CARGO) build --release --workspace --example serve --example load
+	$(CARGO) build --release --workspace --example serve --example load && $(CARGO) build --release -p tch-scope-tests --bin serve-lab
 	bash scripts/bootstrap-fastapi.sh >/dev/null
 	bash scripts/bootstrap-mlserver.sh >/dev/null
 	test -f $(LOAD_DIR)/serve_mlp.pt2 || \
@@ -88,6 +92,8 @@ load: libtorch
 		$(LOAD_PYTHON) -W ignore scripts/export_models.py load_mlp $(LOAD_DIR)
 	$(LOAD_BIN) --servers unbatched,plain $(LOAD_ARGS) $(LOAD_MODELS)
 	$(LOAD_BIN) --servers batched,unbatched,plain,fastapi --forward-limit \
+		$(LOAD_BATCH_ARGS) $(LOAD_MLP)
+	$(LOAD_BIN) --servers batched,unbatched --workers 1 --forward-limit \
 		$(LOAD_BATCH_ARGS) $(LOAD_MLP)
 	$(LOAD_BIN) --servers batched,unbatched $(LOAD_ONE_ARGS) $(LOAD_MLP)
 	$(LOAD_BIN) --servers batched,mlserver --valid-only --forward-limit \

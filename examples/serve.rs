@@ -12,26 +12,41 @@
 //! `--help` lists every flag with its default; a bad flag or value is a
 //! usage error (exit status 2). `--max-batch 1` never batches (each forward
 //! one request). SIGTERM or SIGINT finishes the requests in flight and
-//! exits within `--shutdown-timeout-s`; a second signal exits at once.
+//! exits 0 within `--shutdown-timeout-s` (1 when it had to cut requests
+//! off); a second signal exits at once (130 or 143). A model that cannot
+//! be loaded or warmed up on `--input-shape` exits 1 before it listens,
+//! saying why.
 //!
-//! The program is `main`'s lines; the rest is its flags.
+//! The program is `serve`'s lines; the rest is its flags.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use clap::builder::RangedU64ValueParser;
+use tch_scope::ScopeError;
 use tch_scope::batch::BatchOptions;
 use tch_scope::serve::{Engine, Server, model_name, oip::Datatype};
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+async fn main() -> ExitCode {
+    match serve(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("serve: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args) -> Result<(), ScopeError> {
     let batching = BatchOptions::new()
         .max_batch(args.max_batch)
         .max_delay(Duration::from_millis(args.max_delay_ms))
         .workers(args.workers)
+        .intra_op_threads(args.intra_op_threads)
         .max_queue(args.queue);
     let engine = Engine::load(&args.model, batching)?;
     let name = args.name.unwrap_or_else(|| model_name(&args.model));
@@ -50,8 +65,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listening = server.bind(args.addr).await?;
     // Tests and `load` read the port bound (`--addr …:0`) from this line.
     println!("listening on http://{}", listening.local_addr());
-    listening.serve().await?;
-    Ok(())
+    listening.serve().await
 }
 
 /// The server's flags.
@@ -95,10 +109,15 @@ struct Args {
     #[arg(long, value_name = "MS", default_value = "2",
           value_parser = clap::value_parser!(u64).range(..=10_000))]
     max_delay_ms: u64,
-    /// Worker threads that run the model.
-    #[arg(long, value_name = "N", default_value = "1",
+    /// Worker threads that run the model [default: one per core].
+    #[arg(long, value_name = "N", default_value_t = cores(), hide_default_value = true,
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
     workers: usize,
+    /// libtorch's intra-op threads for each worker's forwards (0:
+    /// libtorch's own count, one per core).
+    #[arg(long, value_name = "N", default_value = "1",
+          value_parser = RangedU64ValueParser::<usize>::new().range(0..=1024))]
+    intra_op_threads: usize,
     /// The most requests waiting for a worker; one more is answered 503.
     #[arg(long, value_name = "N", default_value = "1024",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
@@ -131,6 +150,11 @@ struct Args {
     /// Seconds SIGTERM or SIGINT gives the requests in flight.
     #[arg(long = "shutdown-timeout-s", value_name = "S", default_value = "30", value_parser = seconds)]
     shutdown_timeout: Duration,
+}
+
+/// This machine's cores (1 where they cannot be read).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// Seconds, fractions allowed: more than 0, at most a day.

@@ -13,7 +13,8 @@ use tch_scope::{InferenceMode, Scope};
 use crate::client;
 
 /// The batcher's counters on a tch-scope server's `/metrics`: requests
-/// computed and forwards run, summed over batchers (`None` without them).
+/// computed and forwards run (Triton's inference and execution counts),
+/// summed over batchers (`None` without them).
 pub async fn batch_counts(addr: &str) -> Option<(f64, f64)> {
     let (status, body) = client::get(addr, "/metrics").await.ok()?;
     if status != 200 {
@@ -28,10 +29,19 @@ pub async fn batch_counts(addr: &str) -> Option<(f64, f64)> {
             .collect();
         (!values.is_empty()).then(|| values.iter().sum())
     };
-    Some((
-        sum("tch_scope_batch_inferences_total")?,
-        sum("tch_scope_batch_executions_total")?,
-    ))
+    // The library's names (`serve`), or the `metrics` facade's
+    // (`serve-lab`, which exports the batcher's own).
+    let pair = |inferences: &str, executions: &str| Some((sum(inferences)?, sum(executions)?));
+    pair(
+        "serve_batch_inferences_total",
+        "serve_batch_executions_total",
+    )
+    .or_else(|| {
+        pair(
+            "tch_scope_batch_inferences_total",
+            "tch_scope_batch_executions_total",
+        )
+    })
 }
 
 /// Rows/s of `model`'s forward alone on batches of `rows` rows of

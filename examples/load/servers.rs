@@ -1,5 +1,7 @@
-//! The servers `load` starts: the tch-scope server (`serve`), FastAPI on
-//! uvicorn (`scripts/serve_fastapi.py`) and MLServer
+//! The servers `load` starts: the tch-scope server (`examples/serve`, the
+//! serving library with its own flags: `batched` and `unbatched`), the
+//! plain-tch baseline (`serve-lab --plain`, the tests' own server), FastAPI
+//! on uvicorn (`scripts/serve_fastapi.py`) and MLServer
 //! (`scripts/mlserver_runtime.py`), each a process group on loopback,
 //! killed when dropped; and the protocol each is driven over.
 
@@ -98,13 +100,14 @@ fn serve_bin(args: &Args) -> Result<PathBuf, String> {
     }
 }
 
-/// Whether `serve --help` lists `flag` (the flags of the Open Inference
-/// Protocol came with it: `load` drives the server before and after).
-fn serve_has_flag(args: &Args, flag: &str) -> bool {
-    serve_bin(args)
-        .ok()
-        .and_then(|b| Command::new(b).arg("--help").output().ok())
-        .is_some_and(|o| String::from_utf8_lossy(&o.stdout).contains(flag))
+/// The tests' server `serve-lab` (the `plain` kind): the tests package's
+/// binary, in `target/<profile>/`, above this one's `examples/` folder.
+fn serve_lab_bin() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|profile| profile.join("serve-lab"))
+        .ok_or_else(|| format!("{} has no target/<profile> folder", exe.display()))
 }
 
 pub fn start(args: &Args, pool: &Pool, kind: ServerKind) -> Result<Server, String> {
@@ -120,32 +123,39 @@ pub fn start(args: &Args, pool: &Pool, kind: ServerKind) -> Result<Server, Strin
         cmd.args(["-W", "ignore", crate::FASTAPI_SCRIPT, "--workers"])
             .arg(args.workers.unwrap_or(2).to_string());
         (cmd, "bash scripts/bootstrap-fastapi.sh")
-    } else {
-        let mut cmd = Command::new(serve_bin(args)?);
-        cmd.args(["--debug", "--queue"])
+    } else if kind == ServerKind::Plain {
+        // The plain-tch baseline lives in the tests' server; `--debug` for
+        // its `/debug/workers`, which `load` checks after each run.
+        let mut cmd = Command::new(serve_lab_bin()?);
+        cmd.args(["--plain", "--debug", "--queue"])
             .arg(args.queue.to_string())
             .arg("--warmup-shape")
             .arg(format!("1,{}", pool.features));
-        if serve_has_flag(args, "--input-shape") {
+        if let Some(w) = args.workers {
+            cmd.arg("--workers").arg(w.to_string());
+        }
+        (
+            cmd,
+            "cargo build --release -p tch-scope-tests --bin serve-lab",
+        )
+    } else {
+        // examples/serve: the library and its own flags, nothing else.
+        let mut cmd = Command::new(serve_bin(args)?);
+        cmd.arg("--queue").arg(args.queue.to_string());
+        // A TorchScript file declares no input; a `.pt2` declares its own.
+        if !crate::requests::is_package(&args.model) {
             cmd.arg(format!("--input-shape=-1,{}", pool.features));
         }
         if let Some(w) = args.workers {
             cmd.arg("--workers").arg(w.to_string());
         }
-        match kind {
-            ServerKind::Batched => {
-                cmd.arg("--max-batch").arg(args.max_batch.to_string());
-                if let Some(ms) = args.max_delay_ms {
-                    cmd.arg("--max-delay-ms").arg(ms.to_string());
-                }
+        if kind == ServerKind::Unbatched {
+            cmd.args(["--max-batch", "1"]);
+        } else {
+            cmd.arg("--max-batch").arg(args.max_batch.to_string());
+            if let Some(ms) = args.max_delay_ms {
+                cmd.arg("--max-delay-ms").arg(ms.to_string());
             }
-            ServerKind::Unbatched => {
-                cmd.args(["--max-batch", "1"]);
-            }
-            ServerKind::Plain => {
-                cmd.arg("--plain");
-            }
-            ServerKind::Fastapi | ServerKind::Mlserver => {}
         }
         (cmd, "cargo build --release -p examples --example serve")
     };

@@ -1,7 +1,8 @@
 //! Limits that hold under a hostile client: `--queue` is exact when many
-//! requests arrive together, and a client that never reads its answer is
-//! closed at `--write-timeout-s`, giving back its `--max-connections`
-//! place.
+//! requests arrive together (serve-lab, its workers held by
+//! `/debug/pause`), and a client that never reads its answer is closed at
+//! `--write-timeout-s`, giving back its `--max-connections` place
+//! (examples/serve).
 
 use super::*;
 
@@ -134,21 +135,18 @@ fn the_queue_cap_is_exact_for_concurrent_requests_on_the_plain_server() {
 /// the backlog), and then answers `/healthz` on a new connection.
 #[test]
 fn a_client_that_never_reads_its_answer_is_closed_at_the_write_timeout() {
-    let s = start(
-        false,
-        &[
-            "--workers",
-            "1",
-            "--max-connections",
-            "1",
-            "--write-timeout-s",
-            "1",
-            "--idle-timeout-s",
-            "1",
-            "--body-limit",
-            "16000000",
-        ],
-    );
+    let s = start_example(&mlp_flags(&[
+        "--workers",
+        "1",
+        "--max-connections",
+        "1",
+        "--write-timeout-s",
+        "1",
+        "--idle-timeout-s",
+        "1",
+        "--body-limit",
+        "16000000",
+    ]));
     let a = s.addr.as_str();
     let base = s.sockets();
     let rows = 60_000;

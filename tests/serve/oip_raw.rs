@@ -256,7 +256,7 @@ pub(super) fn drive_raw(
 /// `promtool check metrics` on `text` (skipped, with a note, without
 /// promtool).
 fn promtool_check(text: &str) {
-    let promtool = match super::super::promtool() {
+    let promtool = match super::super::metrics::promtool() {
         Ok(p) => p,
         Err(why) => {
             println!("skipped: promtool check metrics: no promtool: {why}");

@@ -233,14 +233,48 @@ impl Engine {
     }
 }
 
-/// A [`batch::BatchError`] as the protocol's answer: 504 for an expired
-/// request, 503 for a full queue or no worker, 500 otherwise, each as
-/// `{"error": "…"}`.
+/// A [`batch::BatchError`] as an answer's status: 504 for a request whose
+/// deadline passed (in the queue, or during its forward: the deadline
+/// scope ended it), 503 for a full queue or no worker, 422 for an input
+/// the model refused (its forward failed on it, computed alone), 500
+/// otherwise (a panic, a context that could not be entered, the model out
+/// of memory).
 pub(crate) fn batch_status(e: &batch::BatchError) -> u16 {
     match e {
         batch::BatchError::Expired { .. } => 504,
+        batch::BatchError::Failed(s) if s.is_ended() => 504,
+        batch::BatchError::Failed(s) if refused(s) => 422,
         batch::BatchError::QueueFull { .. } | batch::BatchError::Closed => 503,
         _ => 500,
+    }
+}
+
+/// Whether the model's own forward failed on the input (not for want of
+/// memory): the client's input, not the server, is at fault.
+fn refused(e: &ScopeError) -> bool {
+    let lower = e.reason().to_ascii_lowercase();
+    e.stage() == crate::Stage::Run
+        && !lower.contains("out of memory")
+        && !lower.contains("can't allocate memory")
+}
+
+/// A [`batch::BatchError`] as the message for a client: for an input the
+/// model refused, "the model refused the input: " and the last line of
+/// its error (a TorchScript error ends with the `…Error: …` line, after
+/// the traceback of the model's code); otherwise the error itself.
+pub(crate) fn batch_message(e: &batch::BatchError) -> String {
+    match e {
+        batch::BatchError::Failed(s) if !s.is_ended() && refused(s) => {
+            let line = s
+                .reason()
+                .lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .unwrap_or("");
+            format!("the model refused the input: {line}")
+        }
+        _ => e.to_string(),
     }
 }
 

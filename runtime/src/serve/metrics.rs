@@ -125,6 +125,13 @@ impl Counters {
         let model = model.replace(['\\', '"', '\n'], "_");
         let labels = format!("{{model=\"{model}\"}}");
         one(
+            "serve_batch_submitted_total",
+            "counter",
+            "Requests queued for the model (refused ones are not).",
+            &labels,
+            stats.submitted,
+        );
+        one(
             "serve_batch_inferences_total",
             "counter",
             "Requests computed (Triton's inference count).",
@@ -144,6 +151,34 @@ impl Counters {
             "Requests whose deadline passed before they were computed.",
             &labels,
             stats.expired,
+        );
+        one(
+            "serve_batch_cancelled_total",
+            "counter",
+            "Requests whose client left before they were computed; never computed.",
+            &labels,
+            stats.cancelled,
+        );
+        one(
+            "serve_batch_failed_total",
+            "counter",
+            "Requests answered with an error of their own forward (the model refused the input, a deadline ended it, a panic).",
+            &labels,
+            stats.failed,
+        );
+        one(
+            "serve_batch_split_total",
+            "counter",
+            "Batches that failed and whose requests then ran one by one.",
+            &labels,
+            stats.split_batches,
+        );
+        one(
+            "serve_batch_largest",
+            "gauge",
+            "The most requests one successful forward computed so far.",
+            &labels,
+            stats.largest_batch,
         );
         one(
             "serve_batch_refused_total",

@@ -55,6 +55,7 @@ mod metrics;
 pub mod oip;
 mod routes;
 mod server;
+mod shutdown;
 
 #[cfg(test)]
 mod tests;

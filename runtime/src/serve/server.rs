@@ -15,6 +15,7 @@ use super::engine::{Engine, datatype_of};
 use super::metrics::Counters;
 use super::oip::{Datatype, ModelMetadata};
 use super::routes::{App, oip_router, router};
+use super::shutdown::{self, Cut};
 use crate::{Context, ScopeError};
 
 /// An HTTP server for one model, over the Open Inference Protocol
@@ -269,33 +270,41 @@ impl Listening {
         &self.app.meta
     }
 
-    /// Serves until SIGINT or SIGTERM (or Ctrl-C), then as
-    /// [`serve_until`](Self::serve_until).
+    /// Serves until SIGINT or SIGTERM (or Ctrl-C), then shuts down as
+    /// [`serve_until`](Self::serve_until). This is for a program whose
+    /// life is the server: a second signal while it shuts down ends the
+    /// process at once, with status 128 + the signal's number (130 for
+    /// SIGINT, 143 for SIGTERM), as the shell reports a process the signal
+    /// killed (the operator's way out of a shutdown that waits for slow
+    /// requests); and a shutdown that cut requests off while a worker is
+    /// still in a forward ends the process with status 1, its error on
+    /// stderr. Both without the static destructors a normal exit runs,
+    /// which would crash the worker still in libtorch.
     ///
     /// # Errors
-    /// As [`serve_until`](Self::serve_until), or a [`ScopeError`] when the
-    /// signal handlers cannot be installed.
+    /// As [`serve_until`](Self::serve_until) (when no worker is left
+    /// computing), or a [`ScopeError`] when the signal handlers cannot be
+    /// installed.
     pub async fn serve(self) -> Result<(), ScopeError> {
-        #[cfg(unix)]
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| ScopeError::new("serve", None, format!("cannot watch SIGTERM: {e}")))?;
-        let stop = async move {
-            #[cfg(unix)]
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+        let stop = shutdown::signals()?;
+        match self.serve_inner(stop).await {
+            Ok(()) => Ok(()),
+            Err(Cut { error, busy: true }) => {
+                eprintln!("serve: {error} (a forward was still running: exiting now)");
+                shutdown::exit_now(1)
             }
-            #[cfg(not(unix))]
-            let _ = tokio::signal::ctrl_c().await;
-        };
-        self.serve_until(stop).await
+            Err(Cut { error, .. }) => Err(error),
+        }
     }
 
     /// Serves until `stop` completes; then accepts no more connections,
     /// answers the requests in flight (closing each connection after its
     /// answer, idle ones at once) within the shutdown timeout, closes the
     /// connections still open after it, and lets the batcher compute what
-    /// is queued and end its workers.
+    /// is queued and end its workers (waited for when every request was
+    /// answered; after a cut-off, for a second at most: a worker still in a
+    /// forward then ends on a thread of its own, and the program must not
+    /// end the process before it has, see [`serve`](Self::serve)).
     ///
     /// # Errors
     /// A [`ScopeError`] when requests were cut off at the shutdown timeout.
@@ -303,6 +312,12 @@ impl Listening {
         self,
         stop: impl Future<Output = ()> + Send,
     ) -> Result<(), ScopeError> {
+        self.serve_inner(stop).await.map_err(|c| c.error)
+    }
+
+    /// [`serve_until`](Self::serve_until), saying after a cut-off whether
+    /// a worker was still computing.
+    async fn serve_inner(self, stop: impl Future<Output = ()> + Send) -> Result<(), Cut> {
         let Self {
             listener,
             local: _,
@@ -366,20 +381,19 @@ impl Listening {
             .await;
         }
         drop(routes);
-        // The batcher's drop joins its workers once they have computed
-        // what is queued: off the runtime's threads.
-        let _ = tokio::task::spawn_blocking(move || drop(app)).await;
+        let busy = shutdown::end_workers(app, drained).await;
         if drained {
             Ok(())
         } else {
-            Err(ScopeError::new(
+            let error = ScopeError::run(
                 "serve",
                 None,
                 format!(
                     "requests were cut off at the shutdown timeout ({} s)",
                     shutdown_timeout.as_secs_f64()
                 ),
-            ))
+            );
+            Err(Cut { error, busy })
         }
     }
 }

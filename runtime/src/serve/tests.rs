@@ -162,3 +162,46 @@ fn a_model_trained_in_rust_is_served_over_the_protocol_bitwise() {
         server.await.unwrap().unwrap();
     });
 }
+
+/// A batcher's errors as a client's statuses: a deadline that passed in
+/// the queue or ended the forward is 504, the model's own error on the
+/// input 422 (its last line for the client), running out of memory and a
+/// panic 500, a full queue and no worker 503.
+#[test]
+fn batch_errors_map_to_the_statuses_a_client_can_act_on() {
+    use super::engine::{batch_message, batch_status};
+    use crate::ScopeError;
+    use crate::batch::BatchError;
+    let run = |reason: &str| BatchError::Failed(ScopeError::run("CModule::forward", None, reason));
+    let refused = run("Traceback …\n  raise …\nbuiltins.RuntimeError: rows must be positive\n");
+    assert_eq!(batch_status(&refused), 422);
+    assert_eq!(
+        batch_message(&refused),
+        "the model refused the input: builtins.RuntimeError: rows must be positive"
+    );
+    assert_eq!(
+        batch_status(&run("DefaultCPUAllocator: can't allocate memory")),
+        500
+    );
+    assert_eq!(
+        batch_status(&run("CUDA out of memory. Tried to allocate")),
+        500
+    );
+    let ended = BatchError::Failed(ScopeError::ended(
+        "deadline",
+        None,
+        "deadline passed 3 ms ago at aten::add",
+    ));
+    assert_eq!(batch_status(&ended), 504);
+    assert_eq!(
+        batch_message(&ended),
+        "deadline passed 3 ms ago at aten::add"
+    );
+    let waited = std::time::Duration::from_millis(5);
+    assert_eq!(batch_status(&BatchError::Expired { waited }), 504);
+    assert_eq!(batch_status(&BatchError::QueueFull { limit: 1 }), 503);
+    assert_eq!(batch_status(&BatchError::Closed), 503);
+    assert_eq!(batch_status(&BatchError::Panicked("boom".into())), 500);
+    let entering = BatchError::Failed(ScopeError::new("with(ctx)", None, "no such device"));
+    assert_eq!(batch_status(&entering), 500);
+}

@@ -6,13 +6,14 @@ mod predict;
 mod v2;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
 
@@ -20,6 +21,7 @@ use super::engine::Engine;
 use super::health;
 use super::metrics::Counters;
 use super::oip::ModelMetadata;
+use crate::{Context, Deadline};
 
 /// The longest budget a request may ask for (a day).
 const MAX_BUDGET: Duration = Duration::from_secs(86_400);
@@ -65,7 +67,7 @@ impl App {
     }
 }
 
-/// Every route, on `app`.
+/// Every route, on `app`; every answer carries an `x-request-id`.
 pub(crate) fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/predict", post(predict::predict))
@@ -76,7 +78,43 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(Arc::clone(&app))
         .merge(oip_router(app))
+        .layer(middleware::from_fn(request_id))
 }
+
+/// The answer's `x-request-id` header.
+pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The longest `x-request-id` a client may give (a longer one is replaced).
+const MAX_REQUEST_ID: usize = 128;
+
+/// Gives the request an id, in its extensions ([`RequestId`]) and on its
+/// answer's `x-request-id` header: the client's own `x-request-id` when
+/// it sent one of at most 128 visible ASCII characters (so that a proxy's
+/// id follows the request through), else a process-unique one (the pid in
+/// hex, then a counter).
+async fn request_id(mut req: Request, next: Next) -> Response {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let given = req.headers().get(&REQUEST_ID).filter(|v| {
+        let b = v.as_bytes();
+        !b.is_empty() && b.len() <= MAX_REQUEST_ID && b.iter().all(u8::is_ascii_graphic)
+    });
+    let id = match given {
+        Some(v) => v.clone(),
+        None => {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            HeaderValue::from_str(&format!("{:x}-{n}", std::process::id()))
+                .unwrap_or_else(|_| HeaderValue::from_static("0"))
+        }
+    };
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let mut r = next.run(req).await;
+    r.headers_mut().insert(REQUEST_ID, id);
+    r
+}
+
+/// A request's id (see [`request_id`]), in its extensions.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestId(pub(crate) HeaderValue);
 
 /// The Open Inference Protocol's routes, on `app`.
 pub(crate) fn oip_router(app: Arc<App>) -> Router {
@@ -146,6 +184,21 @@ pub(crate) fn error(app: &App, route: &'static str, status: StatusCode, message:
         .to_string()
         .into_bytes();
     respond(app, route, status, "application/json", body)
+}
+
+/// The request's context, captured on this (runtime) thread: no scope
+/// open but a deadline at `deadline`, so that the batcher computes it in
+/// inference mode, batched with the others, and its deadline ends its
+/// forward (an operator past it is refused: the request's 504) instead of
+/// letting it run on.
+///
+/// # Errors
+/// A 500 when the deadline scope cannot be entered (another library holds
+/// the dispatch key it needs).
+pub(crate) fn capture_until(deadline: Instant) -> Result<Context, (StatusCode, String)> {
+    Deadline::until(deadline)
+        .run(Context::capture)
+        .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
 /// The `x-deadline-ms` header's budget: `None` without one.

@@ -9,8 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 
-use super::{App, error, header_budget, read_body, respond};
-use crate::Context;
+use super::{App, capture_until, error, header_budget, read_body, respond};
 use crate::serve::engine::batch_status;
 use crate::serve::health::not_ready;
 use crate::serve::oip::{
@@ -174,11 +173,11 @@ async fn run(
         (a, b) => a.or(b),
     };
     let deadline = app.deadline(arrival, budget);
-    // Captured here, on a runtime thread: no scope open, so the batcher
-    // computes it in inference mode, batched with the others.
+    // Captured here, on a runtime thread (see `capture_until`).
+    let ctx = capture_until(deadline).map_err(|(status, m)| Failure::Status(status, m))?;
     let outputs = app
         .engine
-        .submit(Context::capture(), inputs, Some(deadline))
+        .submit(ctx, inputs, Some(deadline))
         .await
         .map_err(|e| {
             let status =
