@@ -12,10 +12,11 @@
 //! `--help` lists every option. The servers (`--servers`, in this order,
 //! ABBA across rounds): `batched` (the tch-scope server, batching:
 //! `serve --max-batch 32`), `unbatched` (the tch-scope server, one request
-//! a forward: `--max-batch 1`), `plain` (`serve --plain`, plain tch) and
-//! `fastapi` (the same model from Python: FastAPI on uvicorn with
-//! `--workers` processes, `scripts/serve_fastapi.py`, installed by
-//! `scripts/bootstrap-fastapi.sh`; TorchScript models only) and `mlserver`
+//! a forward: `--max-batch 1`), `plain` (plain tch: the tests' server,
+//! `serve-lab --plain`) and `fastapi` (the same model from Python: FastAPI
+//! on uvicorn with `--workers` processes, `scripts/serve_fastapi.py`,
+//! installed by `scripts/bootstrap-fastapi.sh`; TorchScript models only)
+//! and `mlserver`
 //! (Seldon's MLServer with adaptive batching, `--max-batch` rows or 2 ms,
 //! and `--workers` parallel workers, default 2, running
 //! `scripts/mlserver_runtime.py`; installed by
@@ -98,7 +99,7 @@ enum ServerKind {
     Batched,
     /// The tch-scope server, one request a forward (`serve --max-batch 1`).
     Unbatched,
-    /// Plain tch (`serve --plain`).
+    /// Plain tch (the tests' server: `serve-lab --plain`).
     Plain,
     /// FastAPI on uvicorn with torch (`scripts/serve_fastapi.py`).
     Fastapi,
@@ -117,7 +118,8 @@ impl ServerKind {
         }
     }
 
-    /// Whether it is the tch-scope server (with `/debug/workers`).
+    /// Whether it is a tch-scope server (`serve`, or `serve-lab` with its
+    /// `/debug/workers`), whose workers `load` checks after a run.
     fn is_serve(self) -> bool {
         matches!(self, Self::Batched | Self::Unbatched | Self::Plain)
     }
