@@ -138,12 +138,34 @@ fn count(text: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name} in\n{text}"))
 }
 
+/// The held request's answer: `None` when the server went without one
+/// (a test that ends the process while it is held).
+pub(crate) type Held = JoinHandle<Option<(u16, serde_json::Value)>>;
+
 /// Holds the one worker of the server at `addr` for `ms` (its deadline):
 /// returns once the held request is being computed (taken from the queue:
 /// one more submitted, none queued). It is answered 504 at its deadline.
-pub(crate) fn hold(addr: &str, ms: u64) -> JoinHandle<(u16, serde_json::Value)> {
+pub(crate) fn hold(addr: &str, ms: u64) -> Held {
     let before = count(&metrics_text(addr), "serve_batch_submitted_total");
-    let held = later(addr, ms, marked(HOLD));
+    let held = {
+        let (addr, body) = (addr.to_string(), marked(HOLD));
+        std::thread::spawn(move || {
+            let mut c = TcpStream::connect(&addr).ok()?;
+            c.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
+            write!(
+                c,
+                "POST /predict HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+                 x-deadline-ms: {ms}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .ok()?;
+            let mut raw = String::new();
+            let _ = c.read_to_string(&mut raw);
+            let status = raw.split_whitespace().nth(1)?.parse().ok()?;
+            let (_, json) = raw.split_once("\r\n\r\n")?;
+            Some((status, serde_json::from_str(json).ok()?))
+        })
+    };
     let t = Instant::now();
     loop {
         let text = metrics_text(addr);
@@ -153,6 +175,13 @@ pub(crate) fn hold(addr: &str, ms: u64) -> JoinHandle<(u16, serde_json::Value)> 
         assert!(t.elapsed() < Duration::from_secs(10), "never held:\n{text}");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The held request's answer, which must have come.
+pub(crate) fn answer_of(held: Held) -> (u16, serde_json::Value) {
+    held.join()
+        .expect("the held request's thread")
+        .expect("an answer to the held request")
 }
 
 /// A row the model raises on: 422 naming the model's own message, on
@@ -211,7 +240,7 @@ fn a_refused_request_among_batched_ones_fails_alone_and_a_deadline_ends_a_forwar
         })
         .collect();
     wait_queued(a, 10);
-    let (status, v) = held.join().unwrap();
+    let (status, v) = answer_of(held);
     assert_eq!(status, 504, "the held request: {v}");
     assert!(error(&v).contains("deadline"), "{v}");
     for (k, q) in queued.into_iter().enumerate() {
@@ -247,7 +276,7 @@ fn a_full_queue_is_503_and_expired_or_abandoned_requests_are_never_computed() {
     let (status, v) = predict(a, Some("60000"), &body_of(&m.xs[1..2]));
     assert_eq!(status, 503, "{v}");
     assert!(error(&v).contains("queue is full"), "{v}");
-    assert_eq!(held.join().unwrap().0, 504);
+    assert_eq!(answer_of(held).0, 504);
     let (status, v) = expiring.join().unwrap();
     assert_eq!(status, 504, "{v}");
     assert!(error(&v).contains("not computed"), "{v}");
@@ -265,7 +294,7 @@ fn a_full_queue_is_503_and_expired_or_abandoned_requests_are_never_computed() {
         .unwrap();
         wait_queued(a, 1);
     } // the client goes
-    assert_eq!(held.join().unwrap().0, 504);
+    assert_eq!(answer_of(held).0, 504);
     let t = Instant::now();
     let text = loop {
         let text = metrics_text(a);

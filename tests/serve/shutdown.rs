@@ -6,7 +6,7 @@
 //! (serve/failing.rs), whose forward its deadline ends.
 
 use super::connections::{closed_within, keep_alive_get};
-use super::failing::{faulty, hold};
+use super::failing::{answer_of, faulty, hold};
 use super::*;
 
 /// The worker held (a forward its 3 s deadline ends: 504), a request
@@ -40,7 +40,7 @@ fn sigterm_answers_the_requests_in_flight_and_exits_despite_idle_connections() {
     let (status, v) = queued.join().unwrap();
     assert_eq!(status, 200, "the request queued at SIGTERM: {v}");
     assert_rows_close(&v, &m.ys[0..1], "the request queued at SIGTERM");
-    let (status, v) = held.join().unwrap();
+    let (status, v) = answer_of(held);
     assert_eq!(status, 504, "the held request: {v}");
     let exit = s.exit_within(Duration::from_secs(20));
     assert!(
