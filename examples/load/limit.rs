@@ -1,14 +1,16 @@
 //! The forward-alone limit: rows/s of the model alone, in this process, at
 //! the mean batch size a server formed (its `/metrics`: Triton's
-//! inference and execution counts), one intra-op thread on each of
-//! `workers` threads in inference mode, as a server's workers run it; and what a batching
-//! server formed, read from its `/metrics`.
+//! inference and execution counts), on `workers` threads sharing one
+//! copy of the model, each with one intra-op thread and in inference mode,
+//! as a server's workers run it; and what a batching server formed, read
+//! from its `/metrics`.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tch::{CModule, Kind, Tensor};
-use tch_scope::{InferenceMode, Scope};
+use tch_scope::Inference;
 
 use crate::client;
 
@@ -45,8 +47,9 @@ pub async fn batch_counts(addr: &str) -> Option<(f64, f64)> {
 }
 
 /// Rows/s of `model`'s forward alone on batches of `rows` rows of
-/// `features` floats, `workers` threads each with its own copy of the
-/// model and one intra-op thread, for about `time`.
+/// `features` floats, on `workers` threads sharing one copy of the model
+/// (as a server's batcher workers share its `Inference`), each with one
+/// intra-op thread and in inference mode, for about `time`.
 pub fn forward_alone(
     model: &Path,
     rows: usize,
@@ -54,27 +57,30 @@ pub fn forward_alone(
     workers: usize,
     time: Duration,
 ) -> Result<f64, String> {
+    let cmodule = CModule::load(model).map_err(|e| e.to_string())?;
+    // One copy, as the server holds it: a copy per thread would not fit
+    // the cache a shared one does (16 MiB of weights for the load MLP, 32
+    // MiB of L3 here), and measured a lower limit than the servers reach.
+    let served = Arc::new(Inference::new(cmodule).map_err(|e| e.to_string())?);
     let threads: Vec<_> = (0..workers.max(1))
         .map(|_| {
-            let model = model.to_path_buf();
+            let served = Arc::clone(&served);
             std::thread::spawn(move || -> Result<(usize, Duration), String> {
                 // Per thread, as each of serve's workers sets it (OpenMP
                 // keeps the count a thread's own).
                 tch::set_num_threads(1);
-                let mut m = CModule::load(&model).map_err(|e| e.to_string())?;
-                m.set_eval();
                 let x = Tensor::ones(
                     [rows as i64, features as i64],
                     (Kind::Float, tch::Device::Cpu),
                 );
                 // As the servers' workers run it: inference mode.
-                let _mode = InferenceMode.enter().map_err(|e| e.to_string())?;
+                let forward = || served.run(|m| m.forward_ts(&[&x]).map(drop));
                 // One forward of warm-up, not counted.
-                drop(m.forward_ts(&[&x]).map_err(|e| e.to_string())?);
+                forward().map_err(|e| e.to_string())?;
                 let start = Instant::now();
                 let mut done = 0;
                 while start.elapsed() < time {
-                    drop(m.forward_ts(&[&x]).map_err(|e| e.to_string())?);
+                    forward().map_err(|e| e.to_string())?;
                     done += rows;
                 }
                 Ok((done, start.elapsed()))
