@@ -1,7 +1,8 @@
-//! Statuses and request ids: the library's through examples/serve; the
-//! plain server's (`serve-lab --plain`), and a worker's panic (the
-//! `x-debug-fault` header, `serve-lab --debug` only) logged under its
-//! request id, never sent to the client.
+//! Statuses and request ids: the library's through examples/serve;
+//! serve-lab's (batched and `--plain`), its worker held by `/debug/pause`
+//! for the 503 and read by `/debug/workers` after, and a worker's panic
+//! (the `x-debug-fault` header, `--debug` only) logged under its request
+//! id, never sent to the client.
 
 use super::*;
 
@@ -110,6 +111,14 @@ fn status_codes(plain: bool) {
     ] {
         assert!(text.contains(line), "no {line} in\n{text}");
     }
+}
+
+/// serve-lab's batched server (its 400 messages, and its worker's state
+/// after, read by `/debug/workers`); the library's statuses are the
+/// example's test below and serve/failing.rs's.
+#[test]
+fn tch_scope_server_answers_504_400_503_and_its_worker_is_as_before() {
+    status_codes(false);
 }
 
 #[test]
