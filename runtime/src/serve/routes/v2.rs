@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 
 use super::{App, capture_until, error, header_budget, read_body, respond};
-use crate::serve::engine::batch_status;
+use crate::serve::engine::{batch_message, batch_status};
 use crate::serve::health::not_ready;
 use crate::serve::oip::{
     HEADER_LENGTH, InferRequest, OipError, encode_response, parse_header_length,
@@ -182,7 +182,7 @@ async fn run(
         .map_err(|e| {
             let status =
                 StatusCode::from_u16(batch_status(&e)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            Failure::Status(status, e.to_string())
+            Failure::Status(status, batch_message(&e))
         })?;
     let encoded = encode_response(&app.meta, &request, &outputs)?;
     let content_type = encoded.content_type();
