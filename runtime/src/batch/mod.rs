@@ -15,8 +15,9 @@
 //!   another worker is running a forward, or more than one request had
 //!   queued up while every worker was busy (a single one may be the next
 //!   request of a caller answered a moment ago: it is lone). The wait ends
-//!   early when the batch is full, when another worker becomes idle, or
-//!   at the earliest deadline in the batch.
+//!   early when the batch is full, when another worker becomes idle, when
+//!   no forward runs while another worker holds a batch too (the cores
+//!   would sit idle), or at the earliest deadline in the batch.
 //! - **Forwards run in inference mode, unless a request asks for a
 //!   graph.** The worker enters the batch's context around the forward
 //!   (the captured state is the whole state there, as with `with(ctx)`)
@@ -163,6 +164,8 @@ pub use metrics::describe_metrics;
 mod tests;
 #[cfg(test)]
 mod tests_ending;
+#[cfg(test)]
+mod tests_gathering;
 #[cfg(test)]
 mod tests_threads;
 

@@ -52,7 +52,8 @@ impl BatchOptions {
     /// the [module docs](super)). Zero: never waits. A delay too long for
     /// an [`Instant`](std::time::Instant) to hold (`Duration::MAX`) sets
     /// no limit: such a batch waits until it is full, another worker is
-    /// idle, the earliest deadline among its requests, or shutdown.
+    /// idle, no forward runs while another worker holds a batch too, the
+    /// earliest deadline among its requests, or shutdown.
     pub fn max_delay(mut self, d: Duration) -> Self {
         self.max_delay = d;
         self

@@ -99,9 +99,23 @@ pub(super) fn work<M: Servable>(shared: &Shared<M>) {
                 until = Some(until.map_or(d, |u| u.min(d)));
             }
             q.gathering += 1;
+            if q.gathering > 1 {
+                // Another worker holds a batch too: if no forward runs, it
+                // should stop waiting (below), and so should this one.
+                shared.gather.notify_all();
+            }
             loop {
                 let now = Instant::now();
-                if batch.len() >= max || q.closed || q.idle > 0 || until.is_some_and(|u| now >= u) {
+                // Two workers holding batches while no forward runs would
+                // leave the cores idle, each waiting for requests the other
+                // may take: both go.
+                let stalled = q.gathering > 1 && shared.computing.load(Ordering::SeqCst) == 0;
+                if batch.len() >= max
+                    || q.closed
+                    || q.idle > 0
+                    || stalled
+                    || until.is_some_and(|u| now >= u)
+                {
                     break;
                 }
                 q = match until {
