@@ -49,9 +49,10 @@ test: libtorch
 #     scripts/export_models.py (single rows, held to PyTorch's eval rows),
 #     32 connections: batched, unbatched, plain, and FastAPI + uvicorn with
 #     2 workers (scripts/serve_fastapi.py, installed into the bootstrap venv
-#     by scripts/bootstrap-fastapi.sh), the Rust servers with one worker
-#     per core; then batched against unbatched again with one worker each
-#     (one forward at a time: the batched server's largest batches);
+#     by scripts/bootstrap-fastapi.sh), each server with its own default
+#     workers (serve: half the cores; serve-lab --plain: one per core);
+#     then batched against unbatched again with 2 workers each (unbatched's
+#     best on 2 cores);
 #  3. the same model, 1 connection: batched against unbatched;
 #  4. the same model, single valid rows, 32 connections: batched against
 #     MLServer 1.7.1 (adaptive batching 32 / 2 ms, 2 parallel workers,
@@ -93,7 +94,7 @@ load: libtorch
 	$(LOAD_BIN) --servers unbatched,plain $(LOAD_ARGS) $(LOAD_MODELS)
 	$(LOAD_BIN) --servers batched,unbatched,plain,fastapi --forward-limit \
 		$(LOAD_BATCH_ARGS) $(LOAD_MLP)
-	$(LOAD_BIN) --servers batched,unbatched --workers 1 --forward-limit \
+	$(LOAD_BIN) --servers batched,unbatched --workers 2 --forward-limit \
 		$(LOAD_BATCH_ARGS) $(LOAD_MLP)
 	$(LOAD_BIN) --servers batched,unbatched $(LOAD_ONE_ARGS) $(LOAD_MLP)
 	$(LOAD_BIN) --servers batched,mlserver --valid-only --forward-limit \
