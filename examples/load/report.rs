@@ -264,6 +264,9 @@ pub fn print(
             }
         }
     }
+    if let Some(g) = shares(summaries) {
+        println!("goal{of}: {g}");
+    }
     Ok(fine)
 }
 
@@ -304,6 +307,38 @@ fn goals(
             format!("{pair}: rps {rps:.3} >= 7: {}", verdict(rps >= 7.0)),
             format!("{pair}: p99 {p99:.3} <= 0.25: {}", verdict(p99 <= 0.25)),
         ],
+        // The same server on two encodings: its CPU per request on each.
+        (Some(ServerKind::Batched), Some(ServerKind::Batched)) if x.protocol != y.protocol => {
+            match (x.cpu_ms_per_request, y.cpu_ms_per_request) {
+                (Some(cx), Some(cy)) => vec![format!(
+                    "{pair}: server CPU per request {} {:.0} us, {} {:.0} us ({:.3}): reported",
+                    x.protocol,
+                    cx * 1e3,
+                    y.protocol,
+                    cy * 1e3,
+                    cx / cy
+                )],
+                _ => Vec::new(),
+            }
+        }
         _ => Vec::new(),
     }
+}
+
+/// The share of the forward-alone limit each server reached, one goal
+/// line for the run (`--forward-limit`; `<=` for a bound).
+fn shares(summaries: &[Summary]) -> Option<String> {
+    let each: Vec<String> = summaries
+        .iter()
+        .filter_map(|s| {
+            let at = if s.of_limit_at_most { "<=" } else { "" };
+            Some(format!("{} {at}{:.2}", s.server, s.of_limit?))
+        })
+        .collect();
+    (!each.is_empty()).then(|| {
+        format!(
+            "the share of the forward-alone limit: {}: reported",
+            each.join(", ")
+        )
+    })
 }
