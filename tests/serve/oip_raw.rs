@@ -1,9 +1,6 @@
 //! Every route and error of the Open Inference Protocol over raw HTTP,
 //! bytes in and out.
 
-use std::io::Write;
-use std::time::Duration;
-
 use super::super::{Server, http_bytes};
 use super::Reference;
 
@@ -245,42 +242,10 @@ pub(super) fn drive_raw(
         return;
     }
     let metrics = String::from_utf8(get("/metrics").body).expect("text");
-    promtool_check(&metrics);
+    super::super::metrics::promtool_check(&metrics);
     assert!(
         metrics.contains("serve_requests_total{route=\"infer\",status=\"200\"}")
             && metrics.contains("serve_requests_total{route=\"infer\",status=\"400\"}"),
         "{metrics}"
-    );
-}
-
-/// `promtool check metrics` on `text` (skipped, with a note, without
-/// promtool).
-fn promtool_check(text: &str) {
-    let promtool = match super::super::metrics::promtool() {
-        Ok(p) => p,
-        Err(why) => {
-            println!("skipped: promtool check metrics: no promtool: {why}");
-            return;
-        }
-    };
-    let mut child = std::process::Command::new(&promtool)
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", promtool.display()));
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = super::super::wait_bounded(child, Duration::from_secs(60), "promtool");
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}\n--- the text:\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     );
 }
