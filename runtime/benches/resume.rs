@@ -15,6 +15,10 @@
 //! without a size (as under `cargo test --all-targets`) a tiny MLP runs as
 //! a smoke test.
 //!
+//! `copy_ms` is what a boundary copied before it aliased the optimizer's
+//! tensors (every variable and the optimizer's state, into buffers made
+//! once), timed on its own, for comparison.
+//!
 //! The first boundary of a loop copies the variables no optimizer owns
 //! (the frozen table) once; later boundaries share that copy. Each loop is
 //! timed from its second step on, the plain one too, and that one-time
@@ -29,7 +33,7 @@ use std::time::Instant;
 
 use tch::nn::{self, Module, VarStore};
 use tch::{Device, Kind, Tensor};
-use tch_scope::optim::Adam;
+use tch_scope::optim::{Adam, Optimizer};
 use tch_scope::{scoped, steps};
 
 fn env(name: &str, default: i64) -> i64 {
@@ -175,11 +179,28 @@ fn main() {
         scoped!(checkpoint(s.vs, &path, optimizer = s.opt) => {});
         t.elapsed().as_secs_f64()
     };
+    // What a boundary copied before it aliased (for comparison): every
+    // variable `copy_`-ed into buffers made once and the optimizer's
+    // `state_into` its earlier copy.
+    let copy_once = || {
+        let _no_grad = tch::no_grad_guard();
+        let vars: Vec<Tensor> = s.vs.variables().into_values().collect();
+        let mut bufs: Vec<Tensor> = vars.iter().map(Tensor::detach_copy).collect();
+        let mut opt_bufs = s.opt.state();
+        let t = Instant::now();
+        for _ in 0..10 {
+            for (b, v) in bufs.iter_mut().zip(&vars) {
+                b.copy_(v);
+            }
+            s.opt.state_into(&mut opt_bufs);
+        }
+        t.elapsed().as_secs_f64() / 10.0
+    };
     // Rounds of every variant in turn, the fastest of each kept: the
     // machine's other load shows up as noise in all of them alike.
     let rounds = env("RESUME_ROUNDS", if sized { 5 } else { 1 });
-    let (mut plain, mut boundaries, mut background, mut save, mut first) =
-        (f64::MAX, f64::MAX, f64::MAX, f64::MAX, f64::MAX);
+    let (mut plain, mut boundaries, mut background, mut save, mut first, mut copy) =
+        (f64::MAX, f64::MAX, f64::MAX, f64::MAX, f64::MAX, f64::MAX);
     for _ in 0..rounds {
         plain = plain.min(run().0);
         let (b, f) = in_scope(None);
@@ -187,6 +208,7 @@ fn main() {
         first = first.min(f);
         background = background.min(in_scope(Some(10)).0);
         save = save.min(save_once());
+        copy = copy.min(copy_once());
     }
     let sync = plain + save / 10.0;
     let _ = std::fs::remove_file(&path);
@@ -200,7 +222,7 @@ fn main() {
     println!(
         "{{\"model\":\"{model}\",\"width\":{width},\"layers\":{layers},\"batch\":{batch},\"steps\":{n},\
          \"params\":{},\"frozen\":{},\
-         \"plain_ms\":{:.3},\"first_boundary_ms\":{:.3},\"boundaries_ms\":{:.3},\"boundary_ms\":{:.3},\
+         \"plain_ms\":{:.3},\"first_boundary_ms\":{:.3},\"boundaries_ms\":{:.3},\"boundary_ms\":{:.3},\"copy_ms\":{:.3},\
          \"every10_background_ms\":{:.3},\"save_ms\":{:.3},\"every10_sync_ms\":{:.3},\
          \"background_ratio\":{:.3},\"sync_ratio\":{:.3},\"save_in_steps\":{:.1}}}",
         count(true),
@@ -209,6 +231,7 @@ fn main() {
         first * 1e3,
         boundaries * 1e3,
         (boundaries - plain) * 1e3,
+        copy * 1e3,
         background * 1e3,
         save * 1e3,
         sync * 1e3,

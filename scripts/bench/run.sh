@@ -115,17 +115,17 @@ for size in "mlp 256 3 64" "mlp 1024 4 1" "head 128 2 64"; do
   set -- $size
   MALLOC_MMAP_THRESHOLD_=67108864 MALLOC_TRIM_THRESHOLD_=1073741824 \
     RESUME_MODEL=$1 RESUME_WIDTH=$2 RESUME_LAYERS=$3 RESUME_BATCH=$4 \
-    RESUME_VOCAB=25000 RESUME_HIDDEN=768 RESUME_ROUNDS=7 \
+    RESUME_VOCAB=40000 RESUME_HIDDEN=768 RESUME_ROUNDS=7 \
     "$CARGO" bench -p tch-scope --bench resume --quiet >>"$OUT/resume.jsonl"
 done
 python3 - "$OUT/resume.jsonl" <<'PY' | tee "$OUT/resume.md"
 import json, sys
-print("| model | trained (frozen) params | plain step | boundary | every = 10, background | every = 10, synchronous | one save (steps) | first boundary |")
+print("| model | trained (frozen) params | plain step | boundary (the copy it replaced) | every = 10, background | every = 10, synchronous | one save (steps) | first boundary |")
 print("|:--|--:|--:|--:|--:|--:|--:|--:|")
 for line in open(sys.argv[1]):
     r = json.loads(line)
     frozen = f" ({r['frozen']:,})" if r['frozen'] else ""
-    print(f"| {r['model']} | {r['params']:,}{frozen} | {r['plain_ms']:.2f} ms | {r['boundary_ms']:+.2f} ms "
+    print(f"| {r['model']} | {r['params']:,}{frozen} | {r['plain_ms']:.2f} ms | {r['boundary_ms']:+.2f} ms ({r['copy_ms']:.2f} ms) "
           f"| {r['every10_background_ms']:.2f} ms ({r['background_ratio']:.2f}×) "
           f"| {r['every10_sync_ms']:.2f} ms ({r['sync_ratio']:.2f}×) "
           f"| {r['save_ms']:.1f} ms ({r['save_in_steps']:.1f}) | {r['first_boundary_ms']:.1f} ms |")

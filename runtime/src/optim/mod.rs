@@ -31,6 +31,16 @@
 //! assert_eq!(opt.steps_taken(), 3);
 //! ```
 //!
+//! Inside a checkpoint's [`steps`](crate::steps) loop that names the
+//! optimizer, each step boundary aliases its parameters and state instead
+//! of copying them: the next update of an aliased
+//! tensor is written into another buffer with the `out=` form of the same
+//! operator — bitwise what the in-place operator gives — and swapped in
+//! (`set_data` for a parameter, which keeps its identity: the model and
+//! the `VarStore` see the new values). See [`steps`](crate::steps) for
+//! what that means for views of a parameter and for code that writes one
+//! in place.
+//!
 //! What differs from PyTorch: [`zero_grad`](Optimizer::zero_grad) zeroes
 //! each gradient in place (PyTorch's `zero_grad(set_to_none=False)`);
 //! tch offers no way to unset a gradient. A parameter whose gradient is
@@ -58,7 +68,9 @@ pub(crate) use cow::{Cow, Hold};
 
 /// What a checkpoint's step boundary holds of an optimizer instead of a
 /// copy (see [`Optimizer::hold`]): aliases of its parameters and of its
-/// state, and the [`Hold`] that keeps the next updates off their storages.
+/// state, and the hold that keeps the next updates off their storages.
+/// Opaque: only this crate's optimizers make one.
+#[doc(hidden)]
 pub struct Held {
     /// The parameters by their names in the `VarStore`.
     pub(crate) params: HeldParams,

@@ -106,8 +106,9 @@ const PREFIX: &str = "__tch_scope_metric__.";
 /// ```
 ///
 /// Inside the loop every exit saves the state of the last step boundary,
-/// never half a step, and every `every` steps a copy made in memory at the
-/// boundary is written on a background thread (see [`steps`]). A run loses
+/// never half a step, and every `every` steps the state a boundary holds
+/// in memory is written on a background thread (see [`steps`] for what a
+/// boundary holds and what it costs). A run loses
 /// steps only when its process dies without its exits (SIGKILL): those
 /// since the last periodic save that finished. [`Checkpoint::read`] reads
 /// the step, the metrics and the run state back without a scope.

@@ -27,16 +27,48 @@ use crate::sync::lock;
 /// It belongs to the innermost checkpoint open on this thread when it is
 /// made (as [`log_metric`](crate::log_metric) does). Asking for the next
 /// step marks the previous one complete: that is a *step boundary*. At
-/// each one the checkpoint copies the training state in memory (the
-/// weights into buffers made once; the optimizer's state, the generators'
-/// states, the run state, the step), and after every `every` completed
-/// steps it writes that copy to its file on a background thread. Any exit
+/// each one the checkpoint holds the training state in memory — the
+/// weights, the optimizer's state, the generators' states, the run state,
+/// the step — and after every `every` completed steps it writes what it
+/// holds to its file on a background thread. Any exit
 /// of the checkpoint while the loop runs — a stop, a panic, an `Err`, a
 /// `break` — saves the state of the last boundary, so a checkpoint never
 /// holds half a step. A loop that runs to `n` hands over: the exit saves
 /// the live state then, with the step `n`. One counter per checkpoint: a
 /// second `steps(m)` goes on from where the first ended (write one loop of
 /// `epochs * steps_per_epoch` and derive the epoch from the step).
+///
+/// A boundary copies almost nothing. The parameters and the state of the
+/// optimizer the checkpoint names (`optimizer = opt`) are *aliased*, and
+/// while a boundary holds them the optimizer writes its next update out of
+/// place — into another buffer, with the `out=` form of the same operator
+/// (bitwise the in-place result) — and swaps it in with `set_data`: the
+/// model's tensors, the `VarStore`'s, keep their identity, but their
+/// storage (`data_ptr`) changes from step to step, cycling through at most
+/// three buffers per tensor (the live one, the last boundary's, the one a
+/// background write reads); outside a `steps` loop the updates are in
+/// place again. So a view of a parameter made once and kept across steps
+/// (`p.narrow(..)` as a layer's weight) would go stale: make views inside
+/// the step, as tch's layers do. Variables no optimizer aliases are
+/// copied: one that requires no grad (a frozen table, BatchNorm's
+/// statistics) only when its version counter or storage changed since its
+/// last copy (a frozen table once per checkpoint), a trainable one (which
+/// another optimizer may update without a version bump) at every boundary;
+/// so are all the weights with no `optimizer = opt`, or with an optimizer
+/// of another crate.
+///
+/// Code of yours that writes a parameter in place after a boundary and
+/// before the optimizer's update (`no_grad` `p.copy_(..)`, clipping before
+/// `opt.step()`) overwrites what that boundary aliased. The checkpoint
+/// sees it through the parameter's version counter: a save of that
+/// boundary (at an exit, or a periodic one) is refused — the previous file
+/// stays, and the exit hook hears which parameter — and from then on that
+/// parameter is copied at each boundary, so later boundaries save exactly.
+/// A write after the update in the same step (clipping after
+/// `opt.step()`) goes to the new buffer and harms nothing. Writes that
+/// bypass the version counter (libtorch's `.data()`, a C++ optimizer such
+/// as tch's `nn::Optimizer` stepping the same parameters) are not seen:
+/// leave the parameters of a named optimizer to it.
 ///
 /// A stop (SIGINT, SIGTERM, SIGUSR1 while a checkpoint is open) ends the
 /// loop at the next step boundary: the step in progress runs whole (its

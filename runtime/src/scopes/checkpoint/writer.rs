@@ -1,5 +1,6 @@
 //! The background writer: a periodic save's file is written on a thread of
-//! its own, so the training thread pays only for the in-memory copy. At
+//! its own, so the training thread pays only for the boundary (aliases,
+//! and copies of what changed that no optimizer aliases). At
 //! most one write is in flight; the next periodic save, and the exit save,
 //! wait for it.
 
