@@ -84,10 +84,7 @@ fn same(a: &[(String, Tensor)], b: &[(String, Tensor)], what: &str) {
 
 /// The weights and the optimizer's state a file holds, loaded into a
 /// fresh model and optimizer made by `make`.
-fn loaded<O: Optimizer>(
-    path: &PathBuf,
-    make: &dyn Fn(&VarStore) -> O,
-) -> (Named, Named) {
+fn loaded<O: Optimizer>(path: &PathBuf, make: &dyn Fn(&VarStore) -> O) -> (Named, Named) {
     let back = model();
     let opt = make(&back.vs);
     drop(
