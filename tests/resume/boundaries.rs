@@ -338,3 +338,57 @@ fn weights_an_unnamed_optimizer_updates_are_copied_at_each_boundary() {
     same(&weights(&back.vs), &at, "the boundary of step 3");
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A graph built before an update that saved a parameter is refused its
+/// backward after the update, as after PyTorch's in-place update: the
+/// out-of-place update bumps the parameter's version counter as an
+/// in-place one does, so autograd never differentiates through the
+/// boundary's old values with the new ones silently.
+#[test]
+fn a_graph_kept_across_an_out_of_place_update_is_refused_as_after_an_in_place_one() {
+    fn second_backward(inside: bool) -> Result<(), tch::TchError> {
+        let path = temp(if inside {
+            "kept-graph-in"
+        } else {
+            "kept-graph-out"
+        });
+        let m = model();
+        let opt = Adam::new(&m.vs, 0.01).unwrap();
+        let run = || -> Result<(), tch::TchError> {
+            let kept = loss(&m);
+            opt.backward_step(&loss(&m)).unwrap();
+            Tensor::f_run_backward(&[&kept], &[&m.l1.ws], false, false).map(|_| ())
+        };
+        let result = if inside {
+            scoped!(checkpoint(m.vs, &path, optimizer = opt) => {
+                let mut result = Ok(());
+                for step in steps(3) {
+                    if step == 1 {
+                        result = run();
+                    } else {
+                        opt.backward_step(&loss(&m)).unwrap();
+                    }
+                }
+                result
+            })
+        } else {
+            run()
+        };
+        let _ = std::fs::remove_file(&path);
+        result
+    }
+    let outside = second_backward(false).expect_err("in place: refused");
+    assert!(
+        outside
+            .to_string()
+            .contains("modified by an inplace operation"),
+        "{outside}"
+    );
+    let inside = second_backward(true).expect_err("out of place: refused too");
+    assert!(
+        inside
+            .to_string()
+            .contains("modified by an inplace operation"),
+        "{inside}"
+    );
+}

@@ -193,6 +193,12 @@ impl Cow {
             }
         }
         live.f_set_data(out)?;
+        // `set_data` keeps the version counter but, unlike the in-place
+        // update it stands for, does not bump it: a graph that saved this
+        // parameter before the update would then differentiate with the new
+        // values, silently. An in-place op on an empty view bumps the
+        // counter the views share, touching no element.
+        live.f_flatten(0, -1)?.f_narrow(0, 0, 0)?.f_zero_()?;
         Ok(written)
     }
 
