@@ -198,7 +198,7 @@ impl Cow {
         // parameter before the update would then differentiate with the new
         // values, silently. An in-place op on an empty view bumps the
         // counter the views share, touching no element.
-        live.f_flatten(0, -1)?.f_narrow(0, 0, 0)?.f_zero_()?;
+        let _ = live.f_flatten(0, -1)?.f_narrow(0, 0, 0)?.f_zero_()?;
         Ok(written)
     }
 
