@@ -209,7 +209,10 @@ fn a_model_that_raises_on_an_input_is_answered_422_and_goes_on() {
     let (status, body) = http(a, "POST", &path, &[json], infer.to_string().as_bytes());
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("a row marked 1000 is refused"), "{body}");
-    assert!(!body.contains("Traceback"), "only the model's last line: {body}");
+    assert!(
+        !body.contains("Traceback"),
+        "only the model's last line: {body}"
+    );
 
     for k in 0..3 {
         let (status, v) = predict(a, None, &body_of(&m.xs[k..=k]));
