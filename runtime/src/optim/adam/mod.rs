@@ -1,12 +1,15 @@
-//! `torch.optim.Adam` and `torch.optim.AdamW`, op for op.
+//! `torch.optim.Adam` and `torch.optim.AdamW`, op for op: the optimizers
+//! and their state here, one parameter's update in [`update`].
+
+mod update;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tch::Tensor;
 use tch::nn::VarStore;
 
-use super::cow::{Cow, dst};
-use super::params::{Params, StateIn, StateOut, check, op_error, scalar, zeros_like};
+use super::cow::Cow;
+use super::params::{Params, StateIn, StateOut, check, op_error, zeros_like};
 use super::{Held, Optimizer};
 use crate::{NoGrad, Scope, ScopeError};
 
@@ -136,7 +139,8 @@ impl Core {
                 ));
             }
             let Some(s) = slot.as_mut() else { continue };
-            let next = update(self.decoupled, &o, p, &mut params.cows[i], &grad, s).map_err(err)?;
+            let next = update::update(self.decoupled, &o, p, &mut params.cows[i], &grad, s)
+                .map_err(err)?;
             // The parameter first: a refused move leaves this parameter's
             // state as it was (its update was written elsewhere).
             if let Err(e) = params.move_to(i, next.param.as_ref()) {
@@ -169,15 +173,7 @@ impl Core {
     fn state_reusing(&self, old: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
         let _no_grad = NoGrad.enter();
         let inner = self.lock();
-        let o = inner.options;
-        let mut out = StateOut::reusing(self.name, old);
-        out.option("lr", o.lr);
-        out.option("beta1", o.beta1);
-        out.option("beta2", o.beta2);
-        out.option("eps", o.eps);
-        out.option("weight_decay", o.weight_decay);
-        out.option("amsgrad", f64::from(u8::from(o.amsgrad)));
-        out.count("taken", "steps", inner.taken);
+        let mut out = Self::options_out(self.name, &inner, old);
         for (name, slot) in inner.params.names.iter().zip(&inner.slots) {
             let Some(s) = slot else { continue };
             out.count("step", name, s.step);
@@ -200,15 +196,7 @@ impl Core {
             ScopeError::run(self.name, None, format!("could not alias the state: {e}"))
         };
         let (hold, params) = inner.params.hold().map_err(failed)?;
-        let o = inner.options;
-        let mut out = StateOut::reusing(self.name, Vec::new());
-        out.option("lr", o.lr);
-        out.option("beta1", o.beta1);
-        out.option("beta2", o.beta2);
-        out.option("eps", o.eps);
-        out.option("weight_decay", o.weight_decay);
-        out.option("amsgrad", f64::from(u8::from(o.amsgrad)));
-        out.count("taken", "steps", inner.taken);
+        let mut out = Self::options_out(self.name, inner, Vec::new());
         for (name, slot) in inner.params.names.iter().zip(&mut inner.slots) {
             let Some(s) = slot else { continue };
             out.count("step", name, s.step);
@@ -275,78 +263,20 @@ impl Core {
         inner.taken = taken;
         Ok(())
     }
-}
 
-/// PyTorch's `_single_tensor_adam` for one parameter (not capturable, not
-/// differentiable, not maximize), the same operators in the same order.
-/// Each tensor a boundary holds is written out of place, into a storage of
-/// its pool, with the `out=` form of the same operator (the same kernel:
-/// bitwise the in-place result); the caller makes the outputs current.
-fn update(
-    decoupled: bool,
-    o: &Options,
-    p: &Tensor,
-    p_cow: &mut Cow,
-    grad: &Tensor,
-    s: &mut Slot,
-) -> Result<Next, tch::TchError> {
-    let p_out = p_cow.target(p)?;
-    let p_dst = dst(&p_out, p);
-    // What the next operator reads of the parameter.
-    let mut param = p.shallow_clone();
-    let mut grad = grad.shallow_clone();
-    if o.weight_decay != 0.0 {
-        if decoupled {
-            // param.mul_(1 - lr * weight_decay)
-            let _ = param.f_mul_out(p_dst, &scalar(1.0 - o.lr * o.weight_decay)?)?;
-            param = p_dst.shallow_clone();
-        } else {
-            // grad.add(param, alpha=weight_decay)
-            grad = grad.f_add(&param.f_mul(&scalar(o.weight_decay)?)?)?;
-        }
+    /// The options and the step count, the state's first entries.
+    fn options_out(name: &'static str, inner: &Inner, old: Vec<(String, Tensor)>) -> StateOut {
+        let o = inner.options;
+        let mut out = StateOut::reusing(name, old);
+        out.option("lr", o.lr);
+        out.option("beta1", o.beta1);
+        out.option("beta2", o.beta2);
+        out.option("eps", o.eps);
+        out.option("weight_decay", o.weight_decay);
+        out.option("amsgrad", f64::from(u8::from(o.amsgrad)));
+        out.count("taken", "steps", inner.taken);
+        out
     }
-    // exp_avg.lerp_(grad, 1 - beta1)
-    let ea_out = s.cows[0].target(&s.exp_avg)?;
-    let exp_avg = dst(&ea_out, &s.exp_avg).shallow_clone();
-    let _ = s
-        .exp_avg
-        .f_lerp_tensor_out(&exp_avg, &grad, &scalar(1.0 - o.beta1)?)?;
-    // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2): the
-    // kernel multiplies the value into the first factor first.
-    let es_out = s.cows[1].target(&s.exp_avg_sq)?;
-    let mut exp_avg_sq = dst(&es_out, &s.exp_avg_sq).shallow_clone();
-    let _ = s.exp_avg_sq.f_mul_out(&exp_avg_sq, &scalar(o.beta2)?)?;
-    let _ = exp_avg_sq.f_addcmul_(&grad.f_mul(&scalar(1.0 - o.beta2)?)?, &grad)?;
-    #[allow(
-        clippy::cast_precision_loss,
-        reason = "PyTorch keeps the step as a float"
-    )]
-    let step = (s.step + 1) as f64;
-    let bias_correction1 = 1.0 - o.beta1.powf(step);
-    let bias_correction2 = 1.0 - o.beta2.powf(step);
-    let step_size = o.lr / bias_correction1;
-    let bias_correction2_sqrt = bias_correction2.powf(0.5);
-    let max_exp_avg_sq = match &s.max_exp_avg_sq {
-        Some(m) => {
-            // torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
-            let m_out = s.cows[2].target(m)?;
-            let larger = dst(&m_out, m).shallow_clone();
-            let _ = m.f_maximum_out(&larger, &exp_avg_sq)?;
-            Some(larger)
-        }
-        None => None,
-    };
-    let second = max_exp_avg_sq.as_ref().unwrap_or(&exp_avg_sq);
-    let mut denom = second.f_sqrt()?.f_div(&scalar(bias_correction2_sqrt)?)?;
-    let _ = denom.f_add_(&scalar(o.eps)?)?;
-    // param.addcdiv_(exp_avg, denom, value=-step_size)
-    let _ = param.f_add_out(p_dst, &exp_avg.f_div(&denom)?.f_mul(&scalar(-step_size)?)?)?;
-    Ok(Next {
-        param: p_out,
-        exp_avg,
-        exp_avg_sq,
-        max_exp_avg_sq,
-    })
 }
 
 macro_rules! adam_like {
