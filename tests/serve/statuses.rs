@@ -64,18 +64,7 @@ fn status_codes(plain: bool) {
     let (status, v) = predict(a, None, &input(2, 16));
     assert_eq!(status, 422, "{v}");
     assert!(error(&v).contains("the model refused the input"), "{v}");
-    let (status, v) = predict(a, Some("soon"), &input(1, 32));
-    assert_eq!(status, 400, "{v}");
-    assert!(error(&v).contains("x-deadline-ms"), "{v}");
-
-    // The longest budget is clamped (to a day), not an overflow.
-    let (status, v) = predict(a, Some("18446744073709551615"), &input(1, 32));
-    assert_eq!(status, 200, "{v}");
-
-    // 504: a deadline already past when the worker starts.
-    let (status, v) = predict(a, Some("0"), &input(1, 32));
-    assert_eq!(status, 504, "{v}");
-    assert!(error(&v).starts_with("deadline passed "), "{v}");
+    let _ = deadline_statuses(a);
 
     // 503 and queued time: the one worker held, a request waits in the
     // one slot (its deadline passes while it waits), the next finds the
@@ -282,16 +271,7 @@ fn the_example_answers_400_415_500_504_with_request_ids_and_counts_them() {
     let (status, v) = predict_with(a, &[charset], &input(1, 32));
     assert_eq!(status, 200, "{v}");
 
-    let (status, v) = predict(a, Some("soon"), &input(1, 32));
-    assert_eq!(status, 400, "{v}");
-    assert!(error(&v).contains("x-deadline-ms"), "{v}");
-    // The longest budget is clamped (to a day), not an overflow.
-    let (status, v) = predict(a, Some("18446744073709551615"), &input(1, 32));
-    assert_eq!(status, 200, "{v}");
-    // 504: a deadline already past when it reaches the batcher.
-    let (status, v) = predict(a, Some("0"), &input(1, 32));
-    assert_eq!(status, 504, "{v}");
-    assert!(error(&v).starts_with("deadline passed "), "{v}");
+    let v = deadline_statuses(a);
     assert!(error(&v).contains("not computed"), "{v}");
 
     // Finite inputs whose output overflows to NaN: never a `null` in a 200.
@@ -331,4 +311,20 @@ fn the_example_answers_400_415_500_504_with_request_ids_and_counts_them() {
     ] {
         assert!(text.contains(line), "no {line} in\n{text}");
     }
+}
+
+/// `x-deadline-ms`: 400 for one that is not a number, a clamped one (past a
+/// day) served, 504 for one already past (the forward never starts): the
+/// 504's body.
+fn deadline_statuses(a: &str) -> serde_json::Value {
+    let (status, v) = predict(a, Some("soon"), &input(1, 32));
+    assert_eq!(status, 400, "{v}");
+    assert!(error(&v).contains("x-deadline-ms"), "{v}");
+    // The longest budget is clamped (to a day), not an overflow.
+    let (status, v) = predict(a, Some("18446744073709551615"), &input(1, 32));
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = predict(a, Some("0"), &input(1, 32));
+    assert_eq!(status, 504, "{v}");
+    assert!(error(&v).starts_with("deadline passed "), "{v}");
+    v
 }
