@@ -1,8 +1,12 @@
 //! Functions a user's crate writes with tch-scope, imported as `ts`
 //! (`ts = { package = "tch-scope", … }`), so every attribute names it with
-//! `crate = "ts"`. Checked by `tests/scopes.rs` and run by `src/main.rs`.
+//! `crate = "ts"`. Checked by `tests/scopes.rs` and run by `src/main.rs`;
+//! a training run (`train`) and a server (`serving`), by `tests/train_serve.rs`.
 
 use std::path::Path;
+
+pub mod serving;
+pub mod train;
 
 use tch::{Device, Kind, Tensor};
 
