@@ -93,6 +93,42 @@ impl Params {
         Ok(())
     }
 
+    /// One step over the parameters that have a gradient, each with its
+    /// own optimizer state (`states[i]`, parameter `i`'s): `update` computes
+    /// the parameter's update (its output, `None` when written in place,
+    /// and what the state keeps of it); the parameter moves to the output
+    /// first, then `commit` makes the state current, so a refused move
+    /// leaves that parameter's state as it was (its update was written
+    /// elsewhere). The first error, naming the optimizer and the parameter.
+    pub fn step_each<S, K>(
+        &mut self,
+        optimizer: &'static str,
+        states: &mut [S],
+        mut update: impl FnMut(
+            &Tensor,
+            &mut Cow,
+            &Tensor,
+            &mut S,
+        ) -> Result<(Option<Tensor>, K), tch::TchError>,
+        mut commit: impl FnMut(&mut S, K),
+    ) -> Result<(), ScopeError> {
+        for (i, state) in states.iter_mut().enumerate().take(self.tensors.len()) {
+            let grad = self.tensors[i].grad();
+            if !grad.defined() {
+                continue;
+            }
+            let failed = |params: &Self, e: &tch::TchError| {
+                op_error(optimizer, &params.names[i], &params.tensors[i], e)
+            };
+            let (out, kept) = update(&self.tensors[i], &mut self.cows[i], &grad, state)
+                .map_err(|e| failed(self, &e))?;
+            self.move_to(i, out.as_ref())
+                .map_err(|e| failed(self, &e))?;
+            commit(state, kept);
+        }
+        Ok(())
+    }
+
     /// Zeroes each defined gradient; the first refused operator's error.
     pub fn try_zero_grad(&self, optimizer: &'static str) -> Result<(), ScopeError> {
         for (name, p) in self.names.iter().zip(&self.tensors) {

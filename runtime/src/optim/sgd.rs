@@ -6,7 +6,7 @@ use tch::Tensor;
 use tch::nn::VarStore;
 
 use super::cow::{Cow, dst};
-use super::params::{Params, StateIn, StateOut, check, op_error, scalar};
+use super::params::{Params, StateIn, StateOut, check, scalar};
 use super::{Held, Optimizer};
 use crate::{NoGrad, Scope, ScopeError};
 
@@ -181,32 +181,21 @@ impl Sgd {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let o = inner.options;
-        for i in 0..inner.params.tensors.len() {
-            let params = &mut inner.params;
-            let p = &params.tensors[i];
-            let grad = p.grad();
-            if !grad.defined() {
-                continue;
-            }
-            let buf = inner.buffers[i].as_ref();
-            let (out, buf) = update(
-                &o,
-                p,
-                &mut params.cows[i],
-                &grad,
-                buf,
-                &mut inner.buffer_cows[i],
-            )
-            .map_err(|e| op_error("Sgd", &params.names[i], p, &e))?;
-            // The parameter first: a refused move leaves this parameter's
-            // buffer as it was (its update was written elsewhere).
-            if let Err(e) = params.move_to(i, out.as_ref()) {
-                return Err(op_error("Sgd", &params.names[i], &params.tensors[i], &e));
-            }
-            if buf.is_some() {
-                inner.buffers[i] = buf;
-            }
-        }
+        let mut momenta: Vec<_> = inner
+            .buffers
+            .iter_mut()
+            .zip(inner.buffer_cows.iter_mut())
+            .collect();
+        inner.params.step_each(
+            "Sgd",
+            &mut momenta,
+            |p, cow, grad, (buf, buf_cow)| update(&o, p, cow, grad, buf.as_ref(), buf_cow),
+            |(buf, _), next| {
+                if next.is_some() {
+                    **buf = next;
+                }
+            },
+        )?;
         inner.taken += 1;
         Ok(())
     }

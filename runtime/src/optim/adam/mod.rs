@@ -9,7 +9,7 @@ use tch::Tensor;
 use tch::nn::VarStore;
 
 use super::cow::Cow;
-use super::params::{Params, StateIn, StateOut, check, op_error, zeros_like};
+use super::params::{Params, StateIn, StateOut, check, zeros_like};
 use super::{Held, Optimizer};
 use crate::{NoGrad, Scope, ScopeError};
 
@@ -115,49 +115,35 @@ impl Core {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let o = inner.options;
-        for i in 0..inner.params.tensors.len() {
-            let params = &mut inner.params;
-            let p = &params.tensors[i];
-            let grad = p.grad();
-            if !grad.defined() {
-                continue;
-            }
-            let name = &params.names[i];
-            let err = |e: tch::TchError| op_error(self.name, name, p, &e);
-            let slot = &mut inner.slots[i];
-            if slot.is_none() {
-                let max = if o.amsgrad {
-                    Some(zeros_like(p).map_err(err)?)
-                } else {
-                    None
+        let decoupled = self.decoupled;
+        inner.params.step_each(
+            self.name,
+            &mut inner.slots,
+            |p, cow, grad, slot| {
+                let s = match slot {
+                    Some(s) => s,
+                    None => {
+                        let max = if o.amsgrad {
+                            Some(zeros_like(p)?)
+                        } else {
+                            None
+                        };
+                        slot.insert(Slot::new(0, zeros_like(p)?, zeros_like(p)?, max))
+                    }
                 };
-                *slot = Some(Slot::new(
-                    0,
-                    zeros_like(p).map_err(err)?,
-                    zeros_like(p).map_err(err)?,
-                    max,
-                ));
-            }
-            let Some(s) = slot.as_mut() else { continue };
-            let next = update::update(self.decoupled, &o, p, &mut params.cows[i], &grad, s)
-                .map_err(err)?;
-            // The parameter first: a refused move leaves this parameter's
-            // state as it was (its update was written elsewhere).
-            if let Err(e) = params.move_to(i, next.param.as_ref()) {
-                return Err(op_error(
-                    self.name,
-                    &params.names[i],
-                    &params.tensors[i],
-                    &e,
-                ));
-            }
-            s.step += 1;
-            s.exp_avg = next.exp_avg;
-            s.exp_avg_sq = next.exp_avg_sq;
-            if next.max_exp_avg_sq.is_some() {
-                s.max_exp_avg_sq = next.max_exp_avg_sq;
-            }
-        }
+                let mut next = update::update(decoupled, &o, p, cow, grad, s)?;
+                Ok((next.param.take(), next))
+            },
+            |slot, next| {
+                let Some(s) = slot.as_mut() else { return };
+                s.step += 1;
+                s.exp_avg = next.exp_avg;
+                s.exp_avg_sq = next.exp_avg_sq;
+                if next.max_exp_avg_sq.is_some() {
+                    s.max_exp_avg_sq = next.max_exp_avg_sq;
+                }
+            },
+        )?;
         inner.taken += 1;
         Ok(())
     }
