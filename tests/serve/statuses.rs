@@ -137,15 +137,7 @@ fn statuses(plain: bool) {
     let (status, v) = predict_with(a, &[json], &input(2, 16));
     assert_eq!(status, 422, "{v}");
 
-    // Finite inputs whose output overflows to NaN: never a `null` in a 200.
-    let huge = format!(
-        "{{\"shape\": [1, 32], \"data\": [{}]}}",
-        vec!["3e38"; 32].join(", ")
-    );
-    let (status, v) = predict_with(a, &[json], &huge);
-    assert_eq!(status, 500, "{v}");
-    assert!(error(&v).contains("not finite"), "{v}");
-    assert!(v["request_id"].is_string(), "{v}");
+    not_finite_is_500(a);
 
     let secret = "the-secret-in-a-panic-4242";
     let fault = format!("panic:{secret}");
@@ -274,15 +266,7 @@ fn the_example_answers_400_415_500_504_with_request_ids_and_counts_them() {
     let v = deadline_statuses(a);
     assert!(error(&v).contains("not computed"), "{v}");
 
-    // Finite inputs whose output overflows to NaN: never a `null` in a 200.
-    let huge = format!(
-        "{{\"shape\": [1, 32], \"data\": [{}]}}",
-        vec!["3e38"; 32].join(", ")
-    );
-    let (status, v) = predict_with(a, &[json], &huge);
-    assert_eq!(status, 500, "{v}");
-    assert!(error(&v).contains("not finite"), "{v}");
-    assert!(v["request_id"].is_string(), "{v}");
+    not_finite_is_500(a);
 
     // Every answer has an id: health, metrics, the protocol's, a 404.
     for path in [
@@ -327,4 +311,18 @@ fn deadline_statuses(a: &str) -> serde_json::Value {
     assert_eq!(status, 504, "{v}");
     assert!(error(&v).starts_with("deadline passed "), "{v}");
     v
+}
+
+/// Finite inputs whose output overflows to NaN: a 500 with the request's
+/// id, never a `null` in a 200.
+fn not_finite_is_500(a: &str) {
+    let json = ("content-type", "application/json");
+    let huge = format!(
+        "{{\"shape\": [1, 32], \"data\": [{}]}}",
+        vec!["3e38"; 32].join(", ")
+    );
+    let (status, v) = predict_with(a, &[json], &huge);
+    assert_eq!(status, 500, "{v}");
+    assert!(error(&v).contains("not finite"), "{v}");
+    assert!(v["request_id"].is_string(), "{v}");
 }
