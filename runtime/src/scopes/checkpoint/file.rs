@@ -163,7 +163,6 @@ fn write_safetensors(named: &[(&str, &Tensor)], w: &mut impl Write) -> Result<()
         tensor: &'t Tensor,
         dtype: &'static str,
         shape: Vec<i64>,
-        numel: usize,
         bytes: usize,
     }
     let mut entries = Vec::with_capacity(named.len());
@@ -173,18 +172,17 @@ fn write_safetensors(named: &[(&str, &Tensor)], w: &mut impl Write) -> Result<()
         let dtype = safetensors_dtype(kind)
             .ok_or_else(|| what(format!("{kind:?} has no safetensors dtype")))?;
         let shape = shape(tensor).map_err(what)?;
-        let numel = shape.iter().try_fold(1usize, |n, &d| {
-            usize::try_from(d).ok().and_then(|d| n.checked_mul(d))
-        });
-        let (numel, bytes) = numel
-            .and_then(|n| Some((n, n.checked_mul(kind.elt_size_in_bytes())?)))
+        let bytes = shape
+            .iter()
+            .try_fold(kind.elt_size_in_bytes(), |n, &d| {
+                usize::try_from(d).ok().and_then(|d| n.checked_mul(d))
+            })
             .ok_or_else(|| what(format!("shape {shape:?} is too large")))?;
         entries.push(Entry {
             name,
             tensor,
             dtype,
             shape,
-            numel,
             bytes,
         });
     }
@@ -217,7 +215,6 @@ fn write_safetensors(named: &[(&str, &Tensor)], w: &mut impl Write) -> Result<()
     w.write_all(&(header.len() as u64).to_le_bytes())
         .map_err(io)?;
     w.write_all(header.as_bytes()).map_err(io)?;
-    let mut buf = Vec::new();
     for e in &entries {
         let what = |err: TchError| format!("variable {}: {}", e.name, clean(&err));
         let cpu = e
@@ -225,10 +222,20 @@ fn write_safetensors(named: &[(&str, &Tensor)], w: &mut impl Write) -> Result<()
             .f_to(Device::Cpu)
             .and_then(|t| t.f_contiguous())
             .map_err(what)?;
-        buf.clear();
-        buf.resize(e.bytes, 0u8);
-        cpu.f_copy_data_u8(&mut buf, e.numel).map_err(what)?;
-        w.write_all(&buf).map_err(io)?;
+        if e.bytes == 0 {
+            continue;
+        }
+        // Straight from the tensor's memory: no copy of our own (a save is
+        // mostly this loop, and it runs beside training on the background
+        // writer).
+        // SAFETY: `cpu` is a contiguous CPU tensor of `e.shape` and its
+        // kind: `e.bytes` bytes from its first element's address, alive
+        // while the slice is read. The slice only goes to the file's
+        // `write`, which copies it as libtorch's `copy_data` did; a write
+        // into the tensor meanwhile (user code on a boundary's alias) is
+        // caught by the save's `intact` check, and the file is discarded.
+        let bytes = unsafe { std::slice::from_raw_parts(cpu.data_ptr().cast::<u8>(), e.bytes) };
+        w.write_all(bytes).map_err(io)?;
     }
     Ok(())
 }
