@@ -24,6 +24,11 @@
 //! timed from its second step on, the plain one too, and that one-time
 //! copy is reported on its own (`first_boundary_ms`).
 //!
+//! `RESUME_EXT` picks the file's format by its extension (`ot`, the
+//! default, or `safetensors`); `RESUME_ONLY=plain|boundaries|background`
+//! runs that loop alone (for a profiler) and prints its steps' times by
+//! their place between two saves.
+//!
 //! Set `MALLOC_MMAP_THRESHOLD_=67108864 MALLOC_TRIM_THRESHOLD_=1073741824`
 //! for figures to compare: otherwise glibc may hand a step's large
 //! temporaries back to the kernel and fault them in again, and the same
@@ -130,6 +135,39 @@ fn step(s: &Setup) {
     s.opt.backward_step(&loss).unwrap();
 }
 
+/// `n` steps under `steps(n)`, each timed from one boundary to the next
+/// (the boundary's own work included), grouped by `i % 10`: a JSON list of
+/// `[median, mean, longest]` in ms per place.
+fn by_place(n: i64, s: &Setup) -> String {
+    let mut places = vec![Vec::new(); 10];
+    let mut last = Instant::now();
+    for i in steps(n) {
+        let now = Instant::now();
+        // The step before boundary `i`: the boundary that begins a save
+        // (`i % 10 == 0`) ends the step at place 9.
+        if i >= 2 {
+            places[usize::try_from((i - 1) % 10).unwrap_or(0)]
+                .push((now - last).as_secs_f64() * 1e3);
+        }
+        last = now;
+        step(s);
+    }
+    let cells: Vec<String> = places
+        .iter_mut()
+        .map(|v| {
+            v.sort_by(f64::total_cmp);
+            let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+            let (median, longest) = (v.get(v.len() / 2), v.last());
+            format!(
+                "[{:.2},{mean:.2},{:.2}]",
+                median.copied().unwrap_or(0.0),
+                longest.copied().unwrap_or(0.0)
+            )
+        })
+        .collect();
+    format!("[{}]", cells.join(","))
+}
+
 fn main() {
     let sized = std::env::var("RESUME_WIDTH").is_ok();
     let model = std::env::var("RESUME_MODEL").unwrap_or_else(|_| "mlp".into());
@@ -138,7 +176,11 @@ fn main() {
     let batch = env("RESUME_BATCH", 8);
     let n = env("RESUME_STEPS", if sized { 200 } else { 20 });
     let dir = std::env::temp_dir();
-    let path = dir.join(format!("tch-scope-bench-resume-{}.ot", std::process::id()));
+    let ext = std::env::var("RESUME_EXT").unwrap_or_else(|_| "ot".into());
+    let path = dir.join(format!(
+        "tch-scope-bench-resume-{}.{ext}",
+        std::process::id()
+    ));
     tch::set_num_threads(i32::try_from(env("RESUME_THREADS", 1)).unwrap_or(1));
     let s = if model == "head" {
         head(width, layers, batch)
@@ -201,6 +243,27 @@ fn main() {
     let rounds = env("RESUME_ROUNDS", if sized { 5 } else { 1 });
     let (mut plain, mut boundaries, mut background, mut save, mut first, mut copy) =
         (f64::MAX, f64::MAX, f64::MAX, f64::MAX, f64::MAX, f64::MAX);
+    // `RESUME_ONLY=plain|boundaries|background`: that loop alone, for a
+    // profiler, and its steps by their place between two saves (`i % 10`):
+    // the median, mean and longest, in ms.
+    if let Ok(only) = std::env::var("RESUME_ONLY") {
+        let every = match only.as_str() {
+            "plain" => None,
+            "boundaries" => Some(None),
+            _ => Some(Some(10)),
+        };
+        let _ = std::fs::remove_file(&path);
+        let by_place = match every {
+            None => by_place(n, &s),
+            Some(None) => scoped!(checkpoint(s.vs, &path, optimizer = s.opt) => by_place(n, &s)),
+            Some(Some(k)) => {
+                scoped!(checkpoint(s.vs, &path, optimizer = s.opt, every = k) => by_place(n, &s))
+            }
+        };
+        let _ = std::fs::remove_file(&path);
+        println!("{{\"{only}\":{by_place}}}");
+        return;
+    }
     for _ in 0..rounds {
         plain = plain.min(run().0);
         let (b, f) = in_scope(None);

@@ -108,14 +108,17 @@ python3 scripts/bench/recompute_table.py "$OUT/recompute.jsonl" | tee "$OUT/reco
 # What a checkpoint costs a training loop (runtime/benches/resume.rs): the
 # step with no checkpoint, with the state held at each boundary, with
 # `every = 10` in the background, and the synchronous figure beside it; two
-# MLPs, and a head trained over a frozen table (one save: many steps).
+# MLPs, and a head trained over a frozen table (one save: many steps) at
+# batch 64, where Adam is a quarter of the step, and at batch 256 with a
+# table four times larger (the forward and backward dominate, as in most
+# training; one save still takes 5-6 steps).
 say "checkpoint cost (resume)"
 rm -f "$OUT/resume.jsonl"
-for size in "mlp 256 3 64" "mlp 1024 4 1" "head 128 2 64"; do
+for size in "mlp 256 3 64 0" "mlp 1024 4 1 0" "head 128 2 64 40000" "head 128 2 256 160000"; do
   set -- $size
   MALLOC_MMAP_THRESHOLD_=67108864 MALLOC_TRIM_THRESHOLD_=1073741824 \
     RESUME_MODEL=$1 RESUME_WIDTH=$2 RESUME_LAYERS=$3 RESUME_BATCH=$4 \
-    RESUME_VOCAB=40000 RESUME_HIDDEN=768 RESUME_ROUNDS=7 \
+    RESUME_VOCAB=$5 RESUME_HIDDEN=768 RESUME_ROUNDS=7 \
     "$CARGO" bench -p tch-scope --bench resume --quiet >>"$OUT/resume.jsonl"
 done
 python3 - "$OUT/resume.jsonl" <<'PY' | tee "$OUT/resume.md"
@@ -125,7 +128,9 @@ print("|:--|--:|--:|--:|--:|--:|--:|--:|")
 for line in open(sys.argv[1]):
     r = json.loads(line)
     frozen = f" ({r['frozen']:,})" if r['frozen'] else ""
-    print(f"| {r['model']} | {r['params']:,}{frozen} | {r['plain_ms']:.2f} ms | {r['boundary_ms']:+.2f} ms ({r['copy_ms']:.2f} ms) "
+    shape = f" {r['layers']} × {r['width']}" if r['model'] == "mlp" else ""
+    name = f"{r['model']}{shape}, batch {r['batch']}"
+    print(f"| {name} | {r['params']:,}{frozen} | {r['plain_ms']:.2f} ms | {r['boundary_ms']:+.2f} ms ({r['copy_ms']:.2f} ms) "
           f"| {r['every10_background_ms']:.2f} ms ({r['background_ratio']:.2f}×) "
           f"| {r['every10_sync_ms']:.2f} ms ({r['sync_ratio']:.2f}×) "
           f"| {r['save_ms']:.1f} ms ({r['save_in_steps']:.1f}) | {r['first_boundary_ms']:.1f} ms |")
