@@ -231,10 +231,20 @@ impl StateOut {
         self.push(format!("{}.{buffer}.{param}", self.prefix), t);
     }
 
-    /// `t` itself (no copy), for a boundary that holds its storage.
-    pub fn alias(&mut self, buffer: &str, param: &str, t: &Tensor) {
+    /// `t` itself (no copy), its storage claimed for `hold` in its pool
+    /// `cow`: no update writes it in place while the boundary lives.
+    pub fn alias(
+        &mut self,
+        buffer: &str,
+        param: &str,
+        t: &Tensor,
+        cow: &mut Cow,
+        hold: &Arc<Hold>,
+    ) -> Result<(), tch::TchError> {
+        cow.hold(t, hold)?;
         let name = format!("{}.{buffer}.{param}", self.prefix);
         self.entries.push((name, t.shallow_clone()));
+        Ok(())
     }
 
     pub fn count(&mut self, buffer: &str, param: &str, n: i64) {

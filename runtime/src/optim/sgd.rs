@@ -298,8 +298,8 @@ impl Optimizer for Sgd {
             .zip(&mut inner.buffer_cows)
         {
             if let Some(b) = b {
-                out.alias("momentum_buffer", name, b);
-                cow.hold(b, &hold).map_err(failed)?;
+                out.alias("momentum_buffer", name, b, cow, &hold)
+                    .map_err(failed)?;
             }
         }
         Ok(Some(Held {

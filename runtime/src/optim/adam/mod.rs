@@ -186,13 +186,14 @@ impl Core {
         for (name, slot) in inner.params.names.iter().zip(&mut inner.slots) {
             let Some(s) = slot else { continue };
             out.count("step", name, s.step);
-            out.alias("exp_avg", name, &s.exp_avg);
-            s.cows[0].hold(&s.exp_avg, &hold).map_err(failed)?;
-            out.alias("exp_avg_sq", name, &s.exp_avg_sq);
-            s.cows[1].hold(&s.exp_avg_sq, &hold).map_err(failed)?;
+            let [ea, es, max] = &mut s.cows;
+            out.alias("exp_avg", name, &s.exp_avg, ea, &hold)
+                .map_err(failed)?;
+            out.alias("exp_avg_sq", name, &s.exp_avg_sq, es, &hold)
+                .map_err(failed)?;
             if let Some(m) = &s.max_exp_avg_sq {
-                out.alias("max_exp_avg_sq", name, m);
-                s.cows[2].hold(m, &hold).map_err(failed)?;
+                out.alias("max_exp_avg_sq", name, m, max, &hold)
+                    .map_err(failed)?;
             }
         }
         Ok(Some(Held {
