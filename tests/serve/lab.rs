@@ -8,6 +8,19 @@ use super::*;
 /// the batcher runs in inference mode: grad mode off, inference mode on),
 /// the model all in eval mode, operators running.
 pub(crate) fn assert_workers_as_before(addr: &str, workers: usize) {
+    assert_workers_with(addr, workers, |modes| {
+        let modes = modes.as_array().expect("modes");
+        !modes.is_empty() && modes.iter().all(|m| m == false)
+    });
+}
+
+/// As [`assert_workers_as_before`], the model's modes (`model_training`)
+/// checked by `modes_ok`.
+pub(crate) fn assert_workers_with(
+    addr: &str,
+    workers: usize,
+    modes_ok: impl Fn(&serde_json::Value) -> bool,
+) {
     let (status, body) = http(addr, "GET", "/debug/workers", &[], b"");
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -19,8 +32,7 @@ pub(crate) fn assert_workers_as_before(addr: &str, workers: usize) {
         assert_eq!(w["now"]["grad_mode"], !batched, "{w}");
         assert_eq!(w["now"]["inference_mode"], batched, "{w}");
         assert_eq!(w["now"]["ops_ok"], true, "{w}");
-        let modes = w["now"]["model_training"].as_array().expect("modes");
-        assert!(!modes.is_empty() && modes.iter().all(|m| m == false), "{w}");
+        assert!(modes_ok(&w["now"]["model_training"]), "{w}");
     }
 }
 

@@ -1,7 +1,7 @@
 //! Every route and error of the Open Inference Protocol over raw HTTP,
 //! bytes in and out.
 
-use super::super::{Server, http_bytes};
+use super::super::{Server, floats_of_json, http_bytes};
 use super::Reference;
 
 /// An answer: status, headers (lowercase names) and the body's bytes.
@@ -52,14 +52,6 @@ fn le_bytes(v: &[f32]) -> Vec<u8> {
 fn floats_of_le(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
-
-fn floats_of_json(v: &serde_json::Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not an array: {v}"))
-        .iter()
-        .map(|f| f.as_f64().expect("a number") as f32)
         .collect()
 }
 

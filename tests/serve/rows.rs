@@ -13,6 +13,16 @@ pub(crate) fn floats_of_bits(v: &serde_json::Value) -> Vec<f32> {
         .collect()
 }
 
+/// A JSON array of numbers as `f32`s (as the servers' `data` carries
+/// them).
+pub(crate) fn floats_of_json(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|f| f.as_f64().expect("a number") as f32)
+        .collect()
+}
+
 /// Rows of floats.
 pub(crate) type Rows = Vec<Vec<f32>>;
 
@@ -46,12 +56,7 @@ pub(crate) fn assert_rows_close(v: &serde_json::Value, want: &[Vec<f32>], what: 
         serde_json::json!([want.len(), 8]),
         "{what}: {v}"
     );
-    let got: Vec<f32> = v["data"]
-        .as_array()
-        .expect("data")
-        .iter()
-        .map(|f| f.as_f64().expect("a number") as f32)
-        .collect();
+    let got = floats_of_json(&v["data"]);
     let want = want.concat();
     assert_eq!(got.len(), want.len(), "{what}: {v}");
     for (i, (g, e)) in got.iter().zip(&want).enumerate() {
