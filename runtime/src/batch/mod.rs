@@ -163,6 +163,8 @@ pub use metrics::describe_metrics;
 #[cfg(all(test, feature = "metrics"))]
 mod tests;
 #[cfg(test)]
+mod tests_common;
+#[cfg(test)]
 mod tests_ending;
 #[cfg(test)]
 mod tests_gathering;

@@ -2,35 +2,10 @@
 //! forward runs (the cores would sit idle, each waiting for requests the
 //! other may take).
 
-use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tch::{Device, Kind, Tensor};
-
-use super::{BatchOptions, Batcher, Ticket};
-use crate::{Inference, WithMode};
-
-#[derive(Debug)]
-struct Double;
-
-impl tch::nn::Module for Double {
-    fn forward(&self, x: &Tensor) -> Tensor {
-        x * 2
-    }
-}
-
-fn rows(n: i64, v: f64) -> Tensor {
-    Tensor::full([1, n], v, (Kind::Float, Device::Cpu))
-}
-
-/// Waits (bounded: a failure, not a hang) until `what` holds.
-fn until(what: &str, f: impl Fn() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < Duration::from_secs(60), "never: {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
+use super::tests_common::*;
+use super::{BatchOptions, Ticket};
 
 fn doubled(t: Ticket, v: f64) {
     until("an answer", || t.is_ready());
@@ -47,16 +22,7 @@ fn two_workers_holding_batches_while_no_forward_runs_both_compute() {
         .workers(2)
         .max_batch(16)
         .max_delay(Duration::MAX);
-    let (open, gate) = mpsc::channel::<()>();
-    let gate = Arc::new(Mutex::new(gate));
-    let served = Arc::new(Inference::new(WithMode::new(Double)).unwrap());
-    let batcher = Batcher::new(served, options, move |m, xs| {
-        if xs[0].double_value(&[0, 0]) == -1.0 {
-            gate.lock().unwrap().recv().unwrap();
-        }
-        Ok(vec![m.forward(&xs[0])])
-    })
-    .unwrap();
+    let (batcher, open) = gated(options);
     // One worker computes a forward held at the gate.
     let held = batcher.submit(vec![rows(2, -1.0)]);
     until("the held forward taken", || batcher.queued() == 0);

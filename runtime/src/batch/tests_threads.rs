@@ -5,17 +5,9 @@ use std::sync::Arc;
 
 use tch::{Device, Kind, Tensor};
 
+use super::tests_common::*;
 use super::{BatchOptions, Batcher};
 use crate::{Inference, WithMode};
-
-#[derive(Debug)]
-struct Double;
-
-impl tch::nn::Module for Double {
-    fn forward(&self, x: &Tensor) -> Tensor {
-        x * 2
-    }
-}
 
 /// The intra-op thread count the forward saw on its worker, for a
 /// batcher with `options`.
