@@ -104,6 +104,22 @@ fn shape(t: &Tensor) -> Result<Vec<i64>, String> {
     }
 }
 
+/// The address of `t`'s first element. Through torch-sys: tch's
+/// `data_ptr()` panics on an error.
+fn data_ptr(t: &Tensor) -> Result<*const std::ffi::c_void, String> {
+    // SAFETY: a live tensor; the call catches C++ exceptions into
+    // torch-sys's last error, read (and freed) at once.
+    let ptr = unsafe {
+        let ptr = torch_sys::at_data_ptr(t.as_ptr().cast_mut());
+        torch_error()?;
+        ptr
+    };
+    if ptr.is_null() {
+        return Err("the tensor has no data".into());
+    }
+    Ok(ptr.cast_const())
+}
+
 /// torch-sys's last error on this thread, cleared.
 ///
 /// # Safety
@@ -234,7 +250,8 @@ fn write_safetensors(named: &[(&str, &Tensor)], w: &mut impl Write) -> Result<()
         // `write`, which copies it as libtorch's `copy_data` did; a write
         // into the tensor meanwhile (user code on a boundary's alias) is
         // caught by the save's `intact` check, and the file is discarded.
-        let bytes = unsafe { std::slice::from_raw_parts(cpu.data_ptr().cast::<u8>(), e.bytes) };
+        let first = data_ptr(&cpu).map_err(|err| format!("variable {}: {err}", e.name))?;
+        let bytes = unsafe { std::slice::from_raw_parts(first.cast::<u8>(), e.bytes) };
         w.write_all(bytes).map_err(io)?;
     }
     Ok(())
